@@ -1,0 +1,45 @@
+// Scalar activation functions and their derivatives, shared by both backends.
+#pragma once
+#include <cmath>
+#include "kernels/common/hd.h"
+
+namespace eco {
+
+// GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <class T>
+ECO_HD T gelu_tanh(T x) {
+  const T k = T(0.7978845608028654);  // sqrt(2/pi)
+  const T u = k * (x + T(0.044715) * x * x * x);
+  return T(0.5) * x * (T(1) + tanh(u));
+}
+
+// d/dx of gelu_tanh.
+template <class T>
+ECO_HD T gelu_tanh_grad(T x) {
+  const T k = T(0.7978845608028654);
+  const T x2 = x * x;
+  const T u = k * (x + T(0.044715) * x2 * x);
+  const T th = tanh(u);
+  const T sech2 = T(1) - th * th;
+  return T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * k * (T(1) + T(3) * T(0.044715) * x2);
+}
+
+template <class T>
+ECO_HD T sigmoid(T x) {
+  return T(1) / (T(1) + exp(-x));
+}
+
+// SiLU (swish): x * sigmoid(x).
+template <class T>
+ECO_HD T silu(T x) {
+  return x * sigmoid(x);
+}
+
+// d/dx of silu: s (1 + x (1 - s)).
+template <class T>
+ECO_HD T silu_grad(T x) {
+  const T s = sigmoid(x);
+  return s * (T(1) + x * (T(1) - s));
+}
+
+}  // namespace eco

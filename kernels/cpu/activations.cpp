@@ -1,0 +1,60 @@
+// Element-wise MLP activations (GELU-tanh, SwiGLU), single pass each, over the scalar math in
+// kernels/common/activations.h shared with the CUDA backend.
+#include "kernels/common/activations.h"
+
+#include <cstdint>
+
+#include "kernels/cpu/kernels.h"
+
+namespace eco::cpu {
+
+template <class T>
+void gelu_forward(T* out, const T* inp, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) out[i] = gelu_tanh(inp[i]);
+}
+
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) dinp[i] += gelu_tanh_grad(inp[i]) * dout[i];
+}
+
+template <class T>
+void swiglu_forward(T* out, const T* inp, int N, int H) {
+  // inp (N, 2H) = [gate | up] per row; out (N, H).
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const T* gate = inp + int64_t(n) * 2 * H;
+    const T* up = gate + H;
+    T* o = out + int64_t(n) * H;
+    for (int j = 0; j < H; j++) o[j] = silu(gate[j]) * up[j];
+  }
+}
+
+template <class T>
+void swiglu_backward(T* dinp, const T* dout, const T* inp, int N, int H) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const T* gate = inp + int64_t(n) * 2 * H;
+    const T* up = gate + H;
+    T* dgate = dinp + int64_t(n) * 2 * H;
+    T* dup = dgate + H;
+    const T* d = dout + int64_t(n) * H;
+    for (int j = 0; j < H; j++) {
+      dgate[j] += silu_grad(gate[j]) * up[j] * d[j];
+      dup[j] += silu(gate[j]) * d[j];
+    }
+  }
+}
+
+template void gelu_forward<float>(float*, const float*, int64_t);
+template void gelu_forward<double>(double*, const double*, int64_t);
+template void gelu_backward<float>(float*, const float*, const float*, int64_t);
+template void gelu_backward<double>(double*, const double*, const double*, int64_t);
+template void swiglu_forward<float>(float*, const float*, int, int);
+template void swiglu_forward<double>(double*, const double*, int, int);
+template void swiglu_backward<float>(float*, const float*, const float*, int, int);
+template void swiglu_backward<double>(double*, const double*, const double*, int, int);
+
+}  // namespace eco::cpu

@@ -1,0 +1,184 @@
+// The CPU reference Backend: owns host buffers, forwards every operation to kernels/cpu.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/common/adamw.h"
+#include "kernels/cpu/kernels.h"
+#include "model/backend.h"
+
+namespace eco {
+namespace {
+
+// 64-byte aligned, zero-initialised host buffer.
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+
+template <class T>
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return std::is_same_v<T, double> ? "cpu-f64" : "cpu"; }
+  DType dtype() const override { return std::is_same_v<T, double> ? DType::F64 : DType::F32; }
+
+  Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
+               MemCategory category) override {
+    Tensor t;
+    t.shape = std::move(shape);
+    t.dtype = dtype;
+    const size_t bytes = std::max<size_t>(t.bytes(), 1);
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) runtime_error("out of host memory allocating {} ({} bytes)", name, bytes);
+    std::memset(p, 0, bytes);
+    buffers_.emplace_back(p);
+    t.data = p;
+    ledger_.record(name, category, t.bytes());
+    return t;
+  }
+  void zero(const Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
+  void copy_from_host(const Tensor& dst, const void* src) override {
+    std::memcpy(dst.data, src, dst.bytes());
+  }
+  void copy_to_host(void* dst, const Tensor& src) override {
+    std::memcpy(dst, src.data, src.bytes());
+  }
+
+  void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias,
+                      int N, int C, int OC) override {
+    cpu::matmul_forward(p(out), p(inp), p(w), p(bias), N, C, OC);
+  }
+  void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                       const Tensor& dout, const Tensor& inp, const Tensor& w, int N, int C,
+                       int OC) override {
+    cpu::matmul_backward(p(dinp), p(dw), p(dbias), p(dout), p(inp), p(w), N, C, OC);
+  }
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                         const Tensor& wpe, int B, int Tn, int C) override {
+    cpu::embedding_forward(p(out), tokens.as<int32_t>(), p(wte), p(wpe), B, Tn, C);
+  }
+  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                          const Tensor& tokens, int B, int Tn, int C) override {
+    cpu::embedding_backward(p(dwte), p(dwpe), p(dout), tokens.as<int32_t>(), B, Tn, C);
+  }
+  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& inp, const Tensor& w, const Tensor& b, int N, int C,
+                         float eps) override {
+    cpu::layernorm_forward(p(out), p(mean), p(rstd), p(inp), p(w), p(b), N, C, eps);
+  }
+  void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db,
+                          const Tensor& dout, const Tensor& inp, const Tensor& w,
+                          const Tensor& mean, const Tensor& rstd, int N, int C) override {
+    cpu::layernorm_backward(p(dinp), p(dw), p(db), p(dout), p(inp), p(w), p(mean), p(rstd), N, C);
+  }
+  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
+                       int N, int C, float eps) override {
+    cpu::rmsnorm_forward(p(out), p(rstd), p(inp), p(w), N, C, eps);
+  }
+  void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
+                        const Tensor& w, const Tensor& rstd, int N, int C) override {
+    cpu::rmsnorm_backward(p(dinp), p(dw), p(dout), p(inp), p(w), p(rstd), N, C);
+  }
+  void rope_forward(const Tensor& out, const Tensor& inp, int B, int Tn, int C, int NH,
+                    float theta) override {
+    cpu::rope_forward(p(out), p(inp), B, Tn, C, NH, theta);
+  }
+  void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int Tn, int C, int NH,
+                     float theta) override {
+    cpu::rope_backward(p(dinp), p(dout), B, Tn, C, NH, theta);
+  }
+  void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int B, int Tn,
+                         int C, int NH) override {
+    cpu::attention_forward(p(out), p(att), p(qkv), B, Tn, C, NH);
+  }
+  void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
+                          const Tensor& qkv, const Tensor& att, int B, int Tn, int C,
+                          int NH) override {
+    cpu::attention_backward(p(dqkv), p(scratch), p(dout), p(qkv), p(att), B, Tn, C, NH);
+  }
+  void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) override {
+    cpu::gelu_forward(p(out), p(inp), n);
+  }
+  void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout,
+                     int64_t n) override {
+    cpu::gelu_backward(p(dinp), p(inp), p(dout), n);
+  }
+  void swiglu_forward(const Tensor& out, const Tensor& inp, int N, int H) override {
+    cpu::swiglu_forward(p(out), p(inp), N, H);
+  }
+  void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
+                       int H) override {
+    cpu::swiglu_backward(p(dinp), p(dout), p(inp), N, H);
+  }
+  void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, int64_t n) override {
+    cpu::residual_forward(p(out), p(a), p(b), n);
+  }
+  void accumulate(const Tensor& dst, const Tensor& src, int64_t n) override {
+    cpu::accumulate(p(dst), p(src), n);
+  }
+  void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
+                                     const Tensor& logits, const Tensor& targets, int N, int V,
+                                     float dloss) override {
+    cpu::crossentropy_forward_backward(p(losses), p(dlogits), p(logits), targets.as<int32_t>(), N,
+                                       V, dloss);
+  }
+
+  double sum_squares(const Tensor& x, int64_t n) override { return cpu::sum_squares(p(x), n); }
+
+  void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    int64_t n, const AdamWStep& s) override {
+    const AdamWCoeffs c{s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
+                        float(1.0 - std::pow(double(s.beta1), double(s.t))),
+                        float(1.0 - std::pow(double(s.beta2), double(s.t)))};
+    T* w = p(param);
+    const T* g = p(grad);
+    T* mm = p(m);
+    T* vv = p(v);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) w[i] = adamw_element(w[i], g[i], mm[i], vv[i], c);
+  }
+
+ private:
+  T* p(const Tensor& t) const {
+    if (t.empty()) return nullptr;
+    ECO_ASSERT(t.dtype == dtype(), "tensor dtype {} on the {} backend", dtype_name(t.dtype),
+               name());
+    return t.as<T>();
+  }
+
+  std::vector<std::unique_ptr<void, AlignedFree>> buffers_;
+};
+
+// Records allocations without making them: every tensor points at one dummy byte that no
+// operation may touch (plan_report never runs an op).
+class PlanningBackend final : public CpuBackend<float> {
+ public:
+  std::string name() const override { return "plan"; }
+  Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
+               MemCategory category) override {
+    static char dummy;
+    Tensor t;
+    t.shape = std::move(shape);
+    t.dtype = dtype;
+    t.data = &dummy;
+    ledger_.record(name, category, t.bytes());
+    return t;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_planning_backend(DType dtype) {
+  ECO_ASSERT(dtype == DType::F32, "planning is done in f32, not {}", dtype_name(dtype));
+  return std::make_unique<PlanningBackend>();
+}
+
+std::unique_ptr<Backend> make_cpu_backend(DType dtype) {
+  if (dtype == DType::F64) return std::make_unique<CpuBackend<double>>();
+  if (dtype == DType::F32) return std::make_unique<CpuBackend<float>>();
+  runtime_error("the CPU backend supports f32 and f64, not {}", dtype_name(dtype));
+}
+
+}  // namespace eco

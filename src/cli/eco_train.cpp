@@ -1,0 +1,76 @@
+// eco-train: train a model from a YAML config.
+//   eco-train CONFIG.yaml [--set key=value]... [--plan] [--resume[=CHECKPOINT]]
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: eco-train CONFIG.yaml [--set key=value]... [--plan] [--resume[=CHECKPOINT]]\n"
+    "  --set key=value   override a config key (repeatable), e.g. --set optim.lr=3e-4\n"
+    "  --plan            print the parameter table and memory ledger, then exit\n"
+    "  --resume          continue from the latest checkpoint in train.out_dir\n"
+    "  --resume=PATH     continue from a specific checkpoint file\n";
+
+int run(int argc, char** argv) {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool plan = false;
+  eco::RunOptions opts;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--set") {
+      if (i + 1 >= argc) eco::usage_error("--set needs KEY=VALUE\n{}", kUsage);
+      overrides.push_back(argv[++i]);
+    } else if (a.rfind("--set=", 0) == 0) {
+      overrides.push_back(a.substr(6));
+    } else if (a == "--plan") {
+      plan = true;
+    } else if (a == "--resume") {
+      opts.resume = true;
+    } else if (a.rfind("--resume=", 0) == 0) {
+      opts.resume = true;
+      opts.resume_path = a.substr(9);
+      if (opts.resume_path.empty()) eco::usage_error("--resume= needs a checkpoint path");
+    } else if (!a.empty() && a[0] == '-') {
+      eco::usage_error("unknown option '{}'\n{}", a, kUsage);
+    } else if (config_path.empty()) {
+      config_path = a;
+    } else {
+      eco::usage_error("unexpected argument '{}' (one config file expected)\n{}", a, kUsage);
+    }
+  }
+  if (config_path.empty()) eco::usage_error("no config file given\n{}", kUsage);
+  const eco::Config cfg = eco::load_config(config_path, overrides);
+  if (plan) {
+    std::fputs(eco::plan_report(cfg).c_str(), stdout);
+    return 0;
+  }
+  eco::Trainer trainer(cfg);
+  return trainer.run(opts);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_pattern("[%H:%M:%S] %^%v%$");
+  try {
+    return run(argc, argv);
+  } catch (const eco::Error& e) {
+    std::fprintf(stderr, "eco-train: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "eco-train: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,385 @@
+// YAML -> Config with strict validation (unknown keys, wrong types, impossible values).
+#include "core/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace eco {
+namespace {
+
+const char* kind_name(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Null: return "null";
+    default: return "a scalar";
+  }
+}
+
+// Reads the keys of one section, remembering which were consumed so leftovers can be reported.
+class SectionReader {
+ public:
+  SectionReader(const YAML::Node& node, std::string section, const std::string& origin)
+      : node_(node), section_(std::move(section)), origin_(origin) {
+    if (node_ && !node_.IsNull() && !node_.IsMap())
+      usage_error("{}: '{}' must be a mapping of keys, got {}", origin_, section_,
+                  kind_name(node_));
+  }
+
+  template <class T>
+  void get(const char* key, T& out) {
+    known_.insert(key);
+    if (!node_ || !node_.IsMap()) return;
+    YAML::Node v = node_[key];
+    if (!v || v.IsNull()) return;
+    if (!v.IsScalar())
+      usage_error("{}: key '{}.{}' must be {}, got {}", origin_, section_, key, type_name<T>(),
+                  kind_name(v));
+    try {
+      out = v.as<T>();
+    } catch (const YAML::BadConversion&) {
+      usage_error("{}: key '{}.{}' must be {}, got '{}'", origin_, section_, key, type_name<T>(),
+                  v.Scalar());
+    }
+  }
+
+  bool has(const char* key) const {
+    return node_ && node_.IsMap() && node_[key] && !node_[key].IsNull();
+  }
+
+  void finish() const {
+    if (!node_ || !node_.IsMap()) return;
+    for (const auto& kv : node_) {
+      const std::string k = kv.first.as<std::string>();
+      if (!known_.count(k)) {
+        std::string list;
+        for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;
+        usage_error("{}: unknown key '{}.{}' (known keys in '{}': {})", origin_, section_, k,
+                    section_, list);
+      }
+    }
+  }
+
+ private:
+  template <class T>
+  static const char* type_name() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else if constexpr (std::is_integral_v<T>) return "an integer";
+    else if constexpr (std::is_floating_point_v<T>) return "a number";
+    else return "a string";
+  }
+
+  YAML::Node node_;
+  std::string section_;
+  const std::string& origin_;
+  std::set<std::string> known_;
+};
+
+void apply_override(YAML::Node& root, const std::string& kv) {
+  const auto eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0)
+    usage_error("--set '{}': expected KEY=VALUE, e.g. --set optim.lr=3e-4", kv);
+  const std::string key = kv.substr(0, eq);
+  const std::string value = kv.substr(eq + 1);
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    usage_error("--set '{}': value is not valid YAML ({})", kv, e.msg);
+  }
+  // Walk the dotted path, creating maps as needed. yaml-cpp nodes are handles, so keep a
+  // chain of them and assign at the leaf.
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string p; std::getline(ss, p, '.');) {
+    if (p.empty()) usage_error("--set '{}': empty component in key '{}'", kv, key);
+    parts.push_back(p);
+  }
+  YAML::Node cur = root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = cur[parts[i]];
+    if (next && !next.IsNull() && !next.IsMap())
+      usage_error("--set '{}': '{}' is not a section", kv, parts[i]);
+    if (!next || next.IsNull()) cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    cur.reset(cur[parts[i]]);
+  }
+  cur[parts.back()] = parsed;
+}
+
+void require(bool ok, const std::string& origin, const char* key, const std::string& why) {
+  if (!ok) usage_error("{}: key '{}': {}", origin, key, why);
+}
+
+Config from_node(YAML::Node root, const std::string& origin) {
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) usage_error("{}: the top level must be a mapping of sections", origin);
+  Config c;
+  c.source_path = origin;
+
+  static const std::set<std::string> kSections = {"model", "data", "optim", "train",
+                                                  "precision", "device"};
+  for (const auto& kv : root) {
+    const std::string k = kv.first.as<std::string>();
+    if (!kSections.count(k))
+      usage_error("{}: unknown top-level key '{}' (expected model, data, optim, train, "
+                  "precision, device)",
+                  origin, k);
+  }
+
+  {
+    SectionReader r(root["model"], "model", origin);
+    auto& m = c.model;
+    r.get("family", m.family);
+    r.get("n_layer", m.n_layer);
+    r.get("n_head", m.n_head);
+    r.get("d_model", m.d_model);
+    r.get("mlp_hidden", m.mlp_hidden);
+    r.get("vocab_size", m.vocab_size);
+    r.get("seq_len", m.seq_len);
+    r.get("max_seq_len", m.max_seq_len);
+    m.tie_embeddings = m.family != "llama";
+    r.get("tie_embeddings", m.tie_embeddings);
+    r.get("rope_theta", m.rope_theta);
+    r.get("norm_eps", m.norm_eps);
+    r.finish();
+    require(m.family == "gpt2" || m.family == "llama", origin, "model.family",
+            fmt::format("expected 'gpt2' or 'llama', got '{}'", m.family));
+    require(m.n_layer >= 1, origin, "model.n_layer", "must be >= 1");
+    require(m.n_head >= 1, origin, "model.n_head", "must be >= 1");
+    require(m.d_model >= 1, origin, "model.d_model", "must be >= 1");
+    require(m.d_model % m.n_head == 0, origin, "model.d_model",
+            fmt::format("d_model {} is not divisible by n_head {}", m.d_model, m.n_head));
+    require(!m.is_llama() || m.head_dim() % 2 == 0, origin, "model.d_model",
+            fmt::format("RoPE needs an even head dimension, d_model/n_head = {}", m.head_dim()));
+    require(m.vocab_size >= 2, origin, "model.vocab_size", "must be >= 2");
+    require(m.seq_len >= 1, origin, "model.seq_len", "must be >= 1");
+    require(m.mlp_hidden >= 0, origin, "model.mlp_hidden", "must be >= 0 (0 = family default)");
+    if (m.max_seq_len == 0) m.max_seq_len = m.seq_len;
+    require(m.seq_len <= m.max_seq_len, origin, "model.seq_len",
+            fmt::format("seq_len {} exceeds the position table size max_seq_len {}", m.seq_len,
+                        m.max_seq_len));
+    if (m.mlp_hidden == 0)
+      m.mlp_hidden = m.is_llama() ? (8 * m.d_model / 3 + 255) / 256 * 256 : 4 * m.d_model;
+    require(m.rope_theta > 0, origin, "model.rope_theta", "must be > 0");
+    require(m.norm_eps > 0, origin, "model.norm_eps", "must be > 0");
+  }
+  {
+    SectionReader r(root["data"], "data", origin);
+    auto& d = c.data;
+    r.get("source", d.source);
+    r.get("train", d.train);
+    r.get("val", d.val);
+    r.get("decode_table", d.decode_table);
+    r.get("shuffle", d.shuffle);
+    r.finish();
+    require(d.source == "shards" || d.source == "synthetic", origin, "data.source",
+            fmt::format("expected 'shards' or 'synthetic', got '{}'", d.source));
+    if (d.source == "shards")
+      require(!d.train.empty(), origin, "data.train",
+              "a path or glob of train shards is required (or set data.source: synthetic)");
+  }
+  {
+    SectionReader r(root["optim"], "optim", origin);
+    auto& o = c.optim;
+    r.get("name", o.name);
+    r.get("lr", o.lr);
+    r.get("beta1", o.beta1);
+    r.get("beta2", o.beta2);
+    r.get("eps", o.eps);
+    r.get("weight_decay", o.weight_decay);
+    r.get("grad_clip", o.grad_clip);
+    r.get("warmup_steps", o.warmup_steps);
+    r.get("warmup_frac", o.warmup_frac);
+    r.get("schedule", o.schedule);
+    r.get("final_lr_frac", o.final_lr_frac);
+    r.finish();
+    require(o.name == "adamw", origin, "optim.name",
+            fmt::format("expected 'adamw', got '{}'", o.name));
+    require(o.lr > 0 && std::isfinite(o.lr), origin, "optim.lr", "must be a positive number");
+    require(o.beta1 >= 0 && o.beta1 < 1, origin, "optim.beta1", "must be in [0, 1)");
+    require(o.beta2 >= 0 && o.beta2 < 1, origin, "optim.beta2", "must be in [0, 1)");
+    require(o.eps > 0, origin, "optim.eps", "must be > 0");
+    require(o.weight_decay >= 0, origin, "optim.weight_decay", "must be >= 0");
+    require(o.grad_clip >= 0, origin, "optim.grad_clip", "must be >= 0 (0 disables clipping)");
+    require(o.warmup_steps >= 0, origin, "optim.warmup_steps", "must be >= 0");
+    require(o.warmup_frac >= 0 && o.warmup_frac < 1, origin, "optim.warmup_frac",
+            "must be in [0, 1)");
+    require(!(o.warmup_steps > 0 && o.warmup_frac > 0), origin, "optim.warmup_frac",
+            "set either warmup_steps or warmup_frac, not both");
+    require(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant", origin,
+            "optim.schedule",
+            fmt::format("expected 'cosine', 'linear' or 'constant', got '{}'", o.schedule));
+    require(o.final_lr_frac >= 0 && o.final_lr_frac <= 1, origin, "optim.final_lr_frac",
+            "must be in [0, 1]");
+  }
+  {
+    SectionReader r(root["train"], "train", origin);
+    auto& t = c.train;
+    r.get("batch_size", t.batch_size);
+    r.get("grad_accum", t.grad_accum);
+    r.get("max_steps", t.max_steps);
+    r.get("max_tokens", t.max_tokens);
+    r.get("log_interval", t.log_interval);
+    r.get("eval_interval", t.eval_interval);
+    r.get("eval_batches", t.eval_batches);
+    r.get("checkpoint_interval", t.checkpoint_interval);
+    r.get("keep_checkpoints", t.keep_checkpoints);
+    r.get("sample_interval", t.sample_interval);
+    r.get("sample_tokens", t.sample_tokens);
+    r.get("sample_temperature", t.sample_temperature);
+    r.get("seed", t.seed);
+    r.get("out_dir", t.out_dir);
+    r.get("threads", t.threads);
+    r.finish();
+    require(t.batch_size >= 1, origin, "train.batch_size", "must be >= 1");
+    require(t.grad_accum >= 1, origin, "train.grad_accum", "must be >= 1");
+    require(t.max_steps >= 0 && t.max_tokens >= 0, origin, "train.max_steps", "must be >= 0");
+    require(t.max_steps > 0 || t.max_tokens > 0, origin, "train.max_steps",
+            "set train.max_steps or train.max_tokens to a positive value");
+    require(!(t.max_steps > 0 && t.max_tokens > 0), origin, "train.max_tokens",
+            "set either train.max_steps or train.max_tokens, not both");
+    require(t.log_interval >= 1, origin, "train.log_interval", "must be >= 1");
+    require(t.eval_interval >= 0, origin, "train.eval_interval", "must be >= 0 (0 = no eval)");
+    require(t.eval_batches >= 1, origin, "train.eval_batches", "must be >= 1");
+    require(t.checkpoint_interval >= 0, origin, "train.checkpoint_interval", "must be >= 0");
+    require(t.keep_checkpoints >= 1, origin, "train.keep_checkpoints", "must be >= 1");
+    require(t.sample_interval >= 0, origin, "train.sample_interval", "must be >= 0");
+    require(t.sample_tokens >= 0, origin, "train.sample_tokens", "must be >= 0");
+    require(t.sample_temperature > 0, origin, "train.sample_temperature", "must be > 0");
+    require(!t.out_dir.empty(), origin, "train.out_dir", "must not be empty");
+    require(t.threads >= 0, origin, "train.threads", "must be >= 0 (0 = all cores)");
+  }
+  {
+    SectionReader r(root["precision"], "precision", origin);
+    r.get("treatment", c.precision.treatment);
+    r.finish();
+    require(c.precision.treatment == "fp32", origin, "precision.treatment",
+            fmt::format("'{}' is not available in this build; available: fp32",
+                        c.precision.treatment));
+  }
+  if (root["device"]) {
+    const YAML::Node d = root["device"];
+    if (!d.IsScalar()) usage_error("{}: key 'device' must be 'cpu' or 'cuda'", origin);
+    c.device = d.Scalar();
+  }
+  require(c.device == "cpu" || c.device == "cuda", origin, "device",
+          fmt::format("expected 'cpu' or 'cuda', got '{}'", c.device));
+  if (c.device == "cuda")
+    usage_error("{}: key 'device': the CUDA backend is not available in this build yet; "
+                "use device: cpu",
+                origin);
+  return c;
+}
+
+}  // namespace
+
+int64_t Config::total_steps() const {
+  if (train.max_steps > 0) return train.max_steps;
+  return (train.max_tokens + tokens_per_step() - 1) / tokens_per_step();
+}
+
+int64_t Config::warmup_steps() const {
+  if (optim.warmup_frac > 0) return int64_t(optim.warmup_frac * double(total_steps()));
+  return optim.warmup_steps;
+}
+
+Config parse_config(const std::string& text, const std::string& origin,
+                    const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    usage_error("{}:{}:{}: malformed YAML: {}", origin, e.mark.line + 1, e.mark.column + 1,
+                e.msg);
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) usage_error("{}: the top level must be a mapping of sections", origin);
+  for (const auto& kv : overrides) apply_override(root, kv);
+  return from_node(root, origin);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path);
+  if (!f) usage_error("{}: cannot open config file", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_config(ss.str(), path, overrides);
+}
+
+std::string to_yaml(const Config& c) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "family" << YAML::Value << c.model.family;
+  e << YAML::Key << "n_layer" << YAML::Value << c.model.n_layer;
+  e << YAML::Key << "n_head" << YAML::Value << c.model.n_head;
+  e << YAML::Key << "d_model" << YAML::Value << c.model.d_model;
+  e << YAML::Key << "mlp_hidden" << YAML::Value << c.model.mlp_hidden;
+  e << YAML::Key << "vocab_size" << YAML::Value << c.model.vocab_size;
+  e << YAML::Key << "seq_len" << YAML::Value << c.model.seq_len;
+  e << YAML::Key << "max_seq_len" << YAML::Value << c.model.max_seq_len;
+  e << YAML::Key << "tie_embeddings" << YAML::Value << c.model.tie_embeddings;
+  e << YAML::Key << "rope_theta" << YAML::Value << c.model.rope_theta;
+  e << YAML::Key << "norm_eps" << YAML::Value << c.model.norm_eps;
+  e << YAML::EndMap;
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "source" << YAML::Value << c.data.source;
+  e << YAML::Key << "train" << YAML::Value << c.data.train;
+  e << YAML::Key << "val" << YAML::Value << c.data.val;
+  e << YAML::Key << "decode_table" << YAML::Value << c.data.decode_table;
+  e << YAML::Key << "shuffle" << YAML::Value << c.data.shuffle;
+  e << YAML::EndMap;
+  e << YAML::Key << "optim" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << c.optim.name;
+  e << YAML::Key << "lr" << YAML::Value << c.optim.lr;
+  e << YAML::Key << "beta1" << YAML::Value << c.optim.beta1;
+  e << YAML::Key << "beta2" << YAML::Value << c.optim.beta2;
+  e << YAML::Key << "eps" << YAML::Value << c.optim.eps;
+  e << YAML::Key << "weight_decay" << YAML::Value << c.optim.weight_decay;
+  e << YAML::Key << "grad_clip" << YAML::Value << c.optim.grad_clip;
+  e << YAML::Key << "warmup_steps" << YAML::Value << c.optim.warmup_steps;
+  e << YAML::Key << "warmup_frac" << YAML::Value << c.optim.warmup_frac;
+  e << YAML::Key << "schedule" << YAML::Value << c.optim.schedule;
+  e << YAML::Key << "final_lr_frac" << YAML::Value << c.optim.final_lr_frac;
+  e << YAML::EndMap;
+  e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "batch_size" << YAML::Value << c.train.batch_size;
+  e << YAML::Key << "grad_accum" << YAML::Value << c.train.grad_accum;
+  e << YAML::Key << "max_steps" << YAML::Value << c.train.max_steps;
+  e << YAML::Key << "max_tokens" << YAML::Value << c.train.max_tokens;
+  e << YAML::Key << "log_interval" << YAML::Value << c.train.log_interval;
+  e << YAML::Key << "eval_interval" << YAML::Value << c.train.eval_interval;
+  e << YAML::Key << "eval_batches" << YAML::Value << c.train.eval_batches;
+  e << YAML::Key << "checkpoint_interval" << YAML::Value << c.train.checkpoint_interval;
+  e << YAML::Key << "keep_checkpoints" << YAML::Value << c.train.keep_checkpoints;
+  e << YAML::Key << "sample_interval" << YAML::Value << c.train.sample_interval;
+  e << YAML::Key << "sample_tokens" << YAML::Value << c.train.sample_tokens;
+  e << YAML::Key << "sample_temperature" << YAML::Value << c.train.sample_temperature;
+  e << YAML::Key << "seed" << YAML::Value << c.train.seed;
+  e << YAML::Key << "out_dir" << YAML::Value << c.train.out_dir;
+  e << YAML::Key << "threads" << YAML::Value << c.train.threads;
+  e << YAML::EndMap;
+  e << YAML::Key << "precision" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "treatment" << YAML::Value << c.precision.treatment;
+  e << YAML::EndMap;
+  e << YAML::Key << "device" << YAML::Value << c.device;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+std::string model_fingerprint(const Config& c) {
+  const auto& m = c.model;
+  return fmt::format(
+      "family={} n_layer={} n_head={} d_model={} mlp_hidden={} vocab_size={} max_seq_len={} "
+      "tie_embeddings={} treatment={}",
+      m.family, m.n_layer, m.n_head, m.d_model, m.mlp_hidden, m.vocab_size, m.max_seq_len,
+      m.tie_embeddings, c.precision.treatment);
+}
+
+}  // namespace eco

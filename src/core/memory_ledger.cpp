@@ -1,0 +1,54 @@
+// The memory ledger's bookkeeping and its printed table.
+#include "core/memory_ledger.h"
+
+#include <fmt/format.h>
+
+
+namespace eco {
+
+const char* mem_category_name(MemCategory c) {
+  switch (c) {
+    case MemCategory::Weights: return "weights";
+    case MemCategory::QuantCodes: return "quant_codes";
+    case MemCategory::Scales: return "scales";
+    case MemCategory::Master: return "master";
+    case MemCategory::OptState: return "optimizer_state";
+    case MemCategory::Grads: return "grads";
+    case MemCategory::Activations: return "activations";
+    case MemCategory::Workspace: return "workspace";
+    case MemCategory::Count: break;
+  }
+  return "?";
+}
+
+void MemoryLedger::record(std::string name, MemCategory category, uint64_t bytes) {
+  totals_[size_t(category)] += bytes;
+  entries_.push_back({std::move(name), category, bytes});
+}
+
+uint64_t MemoryLedger::total() const {
+  uint64_t t = 0;
+  for (auto v : totals_) t += v;
+  return t;
+}
+
+uint64_t MemoryLedger::static_bytes() const {
+  return total(MemCategory::Weights) + total(MemCategory::QuantCodes) +
+         total(MemCategory::Scales) + total(MemCategory::Master) + total(MemCategory::OptState);
+}
+
+std::string MemoryLedger::table() const {
+  std::string s = fmt::format("{:<18} {:>14} {:>10} {:>7}\n", "category", "bytes", "MiB", "share");
+  const double all = double(std::max<uint64_t>(total(), 1));
+  for (size_t i = 0; i < size_t(MemCategory::Count); ++i) {
+    if (totals_[i] == 0) continue;
+    s += fmt::format("{:<18} {:>14} {:>10.2f} {:>6.1f}%\n", mem_category_name(MemCategory(i)),
+                     totals_[i], totals_[i] / 1048576.0, 100.0 * totals_[i] / all);
+  }
+  s += fmt::format("{:<18} {:>14} {:>10.2f}\n", "total", total(), total() / 1048576.0);
+  s += fmt::format("{:<18} {:>14} {:>10.2f}  (weights + scales + master + optimizer state)\n",
+                   "static", static_bytes(), static_bytes() / 1048576.0);
+  return s;
+}
+
+}  // namespace eco

@@ -1,0 +1,89 @@
+// Parameter tables of the two block families. Names and layouts match tools/torch_reference.py.
+#include "model/param_table.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace eco {
+
+const char* param_role_name(ParamRole r) {
+  switch (r) {
+    case ParamRole::Embedding: return "embedding";
+    case ParamRole::Position: return "position";
+    case ParamRole::Norm: return "norm";
+    case ParamRole::Bias: return "bias";
+    case ParamRole::Linear: return "linear";
+    case ParamRole::Head: return "head";
+  }
+  return "?";
+}
+
+const ParamSpec& ParamTable::operator[](const std::string& name) const {
+  for (const auto& s : specs)
+    if (s.name == name) return s;
+  runtime_error("no parameter named '{}'", name);
+}
+
+int64_t ParamTable::count_quantizable() const {
+  int64_t n = 0;
+  for (const auto& s : specs)
+    if (s.quantizable) n += s.numel();
+  return n;
+}
+
+std::string ParamTable::describe() const {
+  std::string out = fmt::format("{:<28} {:<16} {:>12} {:<10} {:>5} {:>4}\n", "parameter", "shape",
+                                "elements", "role", "quant", "wd");
+  for (const auto& s : specs)
+    out += fmt::format("{:<28} {:<16} {:>12} {:<10} {:>5} {:>4}\n", s.name, shape_str(s.shape),
+                       s.numel(), param_role_name(s.role), s.quantizable ? "yes" : "no",
+                       s.weight_decay ? "yes" : "no");
+  out += fmt::format("{:<28} {:<16} {:>12}  ({} quantizable)\n", "total", "", total,
+                     count_quantizable());
+  return out;
+}
+
+ParamTable build_param_table(const ModelConfig& m) {
+  const int64_t C = m.d_model, V = m.vocab_size, H = m.mlp_hidden;
+  const bool llama = m.is_llama();
+  const float std_base = 0.02f;
+  // GPT-2: residual projections scaled by 1/sqrt(2 * n_layer).
+  const float std_resid = std_base / std::sqrt(2.0f * float(m.n_layer));
+
+  ParamTable t;
+  auto add = [&](std::string name, std::vector<int64_t> shape, ParamRole role, float std_,
+                 float value = 0.0f) {
+    const bool matrix = shape.size() == 2;
+    ParamSpec s{std::move(name), std::move(shape), role, role == ParamRole::Linear, matrix,
+                std_, value, t.total};
+    t.total += s.numel();
+    t.specs.push_back(std::move(s));
+  };
+
+  add("wte", {V, C}, ParamRole::Embedding, std_base);
+  if (!llama) add("wpe", {m.max_seq_len, C}, ParamRole::Position, std_base);
+  for (int l = 0; l < m.n_layer; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    add(p + "norm1.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
+    if (!llama) add(p + "norm1.bias", {C}, ParamRole::Norm, 0.0f);
+    add(p + "attn.qkv.weight", {3 * C, C}, ParamRole::Linear, std_base);
+    if (!llama) add(p + "attn.qkv.bias", {3 * C}, ParamRole::Bias, 0.0f);
+    add(p + "attn.proj.weight", {C, C}, ParamRole::Linear, std_resid);
+    if (!llama) add(p + "attn.proj.bias", {C}, ParamRole::Bias, 0.0f);
+    add(p + "norm2.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
+    if (!llama) add(p + "norm2.bias", {C}, ParamRole::Norm, 0.0f);
+    // llama: rows [0, H) are the gate projection, rows [H, 2H) the up projection.
+    add(p + "mlp.fc.weight", {llama ? 2 * H : H, C}, ParamRole::Linear, std_base);
+    if (!llama) add(p + "mlp.fc.bias", {H}, ParamRole::Bias, 0.0f);
+    add(p + "mlp.proj.weight", {C, H}, ParamRole::Linear, std_resid);
+    if (!llama) add(p + "mlp.proj.bias", {C}, ParamRole::Bias, 0.0f);
+  }
+  add("norm_f.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
+  if (!llama) add("norm_f.bias", {C}, ParamRole::Norm, 0.0f);
+  if (!m.tie_embeddings) add("lm_head.weight", {V, C}, ParamRole::Head, std_base);
+  return t;
+}
+
+}  // namespace eco

@@ -1,0 +1,50 @@
+// The model as data: a table of named parameter specs (shape, role, quantizable, weight decay).
+// The transformer, the optimizer, the checkpoint and the memory report all read this table.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace eco {
+
+enum class ParamRole : uint8_t {
+  Embedding,   // token embedding table (also the tied head)
+  Position,    // learned position table (gpt2)
+  Norm,        // LayerNorm/RMSNorm gain or bias
+  Bias,        // linear bias
+  Linear,      // linear weight inside a transformer block (quantizable)
+  Head,        // untied output head
+};
+const char* param_role_name(ParamRole r);
+
+struct ParamSpec {
+  std::string name;            // e.g. "h.3.attn.qkv.weight"
+  std::vector<int64_t> shape;  // (out_features, in_features) for linear weights
+  ParamRole role;
+  bool quantizable;            // linear layers inside blocks (the paper quantizes only these)
+  bool weight_decay;           // matrices yes; gains and biases no
+  float init_std;              // normal(0, init_std); 0 -> constant init_value
+  float init_value;
+  int64_t offset = 0;          // element offset in the flat parameter buffer
+  int64_t numel() const {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+};
+
+struct ParamTable {
+  std::vector<ParamSpec> specs;
+  int64_t total = 0;  // elements
+
+  const ParamSpec& operator[](const std::string& name) const;
+  int64_t count_quantizable() const;
+  std::string describe() const;  // a printable table
+};
+
+// Build the parameter table for a model config (GPT-2 or Llama family).
+ParamTable build_param_table(const ModelConfig& m);
+
+}  // namespace eco

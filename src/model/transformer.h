@@ -1,0 +1,86 @@
+// The transformer language model (GPT-2 and Llama block families), written once against the
+// Backend interface. It owns its parameters, gradients and activations (allocated up front for
+// the largest batch it will see), and exposes forward/backward as whole-batch calls.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/config.h"
+#include "model/backend.h"
+#include "model/param_table.h"
+
+namespace eco {
+
+class Transformer {
+ public:
+  // Allocates everything for batches of up to max_batch sequences of up to cfg.seq_len tokens.
+  Transformer(const ModelConfig& cfg, Backend& backend, int max_batch);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamTable& table() const { return table_; }
+  Backend& backend() { return be_; }
+  // All parameters / gradients as one flat tensor each, laid out in table order.
+  const Tensor& params() const { return params_; }
+  const Tensor& grads() const { return grads_; }
+  Tensor param(size_t i) const;  // view of table().specs[i]
+  Tensor grad(size_t i) const;
+
+  // GPT-2 initialisation: normal(0, spec.init_std), deterministic for a seed.
+  void init_weights(uint64_t seed);
+  void zero_grad();
+
+  // Forward + backward on one micro-batch: returns the mean loss over B*T targets and
+  // accumulates gradients of (loss * loss_scale) into grads(). Tokens are host arrays (B, T).
+  double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                          float loss_scale);
+  // Forward only: the mean loss (evaluation).
+  double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Forward only: logits (B, T, V) on the backend, valid until the next call.
+  const Tensor& forward_logits(const int32_t* inputs, int B, int T);
+
+ private:
+  struct LayerParams {
+    Tensor norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b, fc_w, fc_b,
+        mlp_proj_w, mlp_proj_b;
+  };
+  struct LayerActs {
+    Tensor norm1, norm1_mean, norm1_rstd;  // (N, C), (N), (N)
+    Tensor qkv;                            // (N, 3C) projection output
+    Tensor qkv_rope;                       // (N, 3C) after RoPE (llama only)
+    Tensor att;                            // (B, NH, T, T) softmax probabilities
+    Tensor atty;                           // (N, C) attention output
+    Tensor resid_mid;                      // (N, C) x + attn
+    Tensor norm2, norm2_mean, norm2_rstd;  // (N, C), (N), (N)
+    Tensor fc;                             // (N, H) gpt2 / (N, 2H) llama
+    Tensor act;                            // (N, H)
+    Tensor resid_out;                      // (N, C) resid_mid + mlp
+  };
+
+  void upload_tokens(const Tensor& dst, const int32_t* src, int B, int T);
+  void forward(int B, int T);   // from tokens_ to logits_
+  double loss(int B, int T, float dloss_per_row, bool with_grad);
+  void backward(int B, int T);  // from dlogits (in logits_) to grads_
+  void norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                    const Tensor& w, const Tensor& b, int N);
+  void norm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                     const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                     int N);
+  LayerParams layer_views(const Tensor& flat, int l) const;
+  Tensor view(const Tensor& flat, const std::string& name) const;
+
+  ModelConfig cfg_;
+  Backend& be_;
+  ParamTable table_;
+  int max_batch_;
+  Tensor params_, grads_;
+  Tensor tokens_, targets_, losses_;
+  Tensor encoded_;             // (N, C) embedding output
+  std::vector<LayerActs> acts_;
+  Tensor norm_f_, norm_f_mean_, norm_f_rstd_;
+  Tensor logits_;              // (N, V); holds dlogits after the loss with gradient
+  // backward scratch, shared by all layers
+  Tensor d_resid_, d_norm_, d_qkv_, d_qkv_rope_, d_atty_, d_fc_, d_act_, d_att_scratch_,
+      scratch_c_;
+};
+
+}  // namespace eco

@@ -1,0 +1,207 @@
+// Checkpoint file format (little-endian):
+//   "ECOCKPT\0" | u32 version | i64 step | i64 tokens | str fingerprint | str config_yaml |
+//   u32 n_sections | n x (str name | u64 bytes | bytes) | u32 crc32 of everything before
+// where str = u64 length + bytes.
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace eco {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kMagic[8] = {'E', 'C', 'O', 'C', 'K', 'P', 'T', '\0'};
+constexpr uint32_t kVersion = 1;
+
+class Writer {
+ public:
+  explicit Writer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  void bytes(const void* p, size_t n) {
+    crc_ = crc32_z(crc_, static_cast<const Bytef*>(p), n);
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, c, n);
+      if (w < 0) runtime_error("{}: write failed: {}", path_, std::strerror(errno));
+      c += w;
+      n -= size_t(w);
+    }
+  }
+  template <class T>
+  void pod(T v) { bytes(&v, sizeof v); }
+  void str(const std::string& s) {
+    pod<uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  uLong crc() const { return crc_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  uLong crc_ = crc32_z(0L, Z_NULL, 0);
+};
+
+class Reader {
+ public:
+  Reader(const std::vector<char>& buf, const std::string& path) : buf_(buf), path_(path) {}
+  void bytes(void* dst, size_t n) {
+    if (n > buf_.size() - pos_)
+      runtime_error("{}: checkpoint is truncated (needs {} more bytes at offset {})", path_,
+                    n - (buf_.size() - pos_), pos_);
+    std::memcpy(dst, buf_.data() + pos_, n);
+    pos_ += n;
+  }
+  template <class T>
+  T pod() {
+    T v;
+    bytes(&v, sizeof v);
+    return v;
+  }
+  std::string str() {
+    const uint64_t n = pod<uint64_t>();
+    if (n > buf_.size() - pos_) runtime_error("{}: checkpoint is truncated or corrupt", path_);
+    std::string s(buf_.data() + pos_, n);
+    pos_ += n;
+    return s;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const std::vector<char>& buf_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+const std::vector<char>& CheckpointState::section(const std::string& name,
+                                                  const std::string& path) const {
+  for (const auto& [n, blob] : sections)
+    if (n == name) return blob;
+  runtime_error("{}: checkpoint has no section '{}'", path, name);
+}
+
+void save_checkpoint(const std::string& path, const CheckpointState& st) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) runtime_error("{}: cannot create checkpoint: {}", tmp, std::strerror(errno));
+  try {
+    Writer w(fd, tmp);
+    w.bytes(kMagic, sizeof kMagic);
+    w.pod<uint32_t>(kVersion);
+    w.pod<int64_t>(st.step);
+    w.pod<int64_t>(st.tokens);
+    w.str(st.fingerprint);
+    w.str(st.config_yaml);
+    w.pod<uint32_t>(uint32_t(st.sections.size()));
+    for (const auto& [name, blob] : st.sections) {
+      w.str(name);
+      w.pod<uint64_t>(blob.size());
+      w.bytes(blob.data(), blob.size());
+    }
+    const uint32_t crc = uint32_t(w.crc());
+    w.bytes(&crc, sizeof crc);
+    if (::fsync(fd) != 0) runtime_error("{}: fsync failed: {}", tmp, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    runtime_error("{}: cannot rename checkpoint into place: {}", path, std::strerror(errno));
+  }
+  // Make the rename itself durable.
+  const std::string dir = fs::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+CheckpointState load_checkpoint(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) runtime_error("{}: cannot open checkpoint", path);
+  const std::streamsize size = f.tellg();
+  f.seekg(0);
+  std::vector<char> buf(size_t(std::max<std::streamsize>(size, 0)));
+  if (!f.read(buf.data(), size)) runtime_error("{}: cannot read checkpoint", path);
+  if (buf.size() < sizeof kMagic + 4 || std::memcmp(buf.data(), kMagic, sizeof kMagic) != 0)
+    runtime_error("{}: not an ecotrain checkpoint (bad magic)", path);
+  uint32_t stored_crc;
+  std::memcpy(&stored_crc, buf.data() + buf.size() - 4, 4);
+  const uint32_t crc = uint32_t(crc32_z(crc32_z(0L, Z_NULL, 0),
+                                        reinterpret_cast<const Bytef*>(buf.data()),
+                                        buf.size() - 4));
+  if (crc != stored_crc)
+    runtime_error("{}: checkpoint is corrupt or truncated (checksum {:08x}, expected {:08x})",
+                  path, crc, stored_crc);
+  Reader r(buf, path);
+  char magic[8];
+  r.bytes(magic, 8);
+  const uint32_t version = r.pod<uint32_t>();
+  if (version != kVersion)
+    runtime_error("{}: checkpoint version {} is not supported (expected {})", path, version,
+                  kVersion);
+  CheckpointState st;
+  st.step = r.pod<int64_t>();
+  st.tokens = r.pod<int64_t>();
+  st.fingerprint = r.str();
+  st.config_yaml = r.str();
+  const uint32_t n = r.pod<uint32_t>();
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string name = r.str();
+    const uint64_t bytes = r.pod<uint64_t>();
+    if (bytes > buf.size() - r.pos()) runtime_error("{}: checkpoint section '{}' is truncated", path, name);
+    std::vector<char> blob(bytes);
+    r.bytes(blob.data(), bytes);
+    st.sections.emplace_back(std::move(name), std::move(blob));
+  }
+  if (r.pos() != buf.size() - 4)
+    runtime_error("{}: checkpoint has {} unexpected trailing bytes", path, buf.size() - 4 - r.pos());
+  return st;
+}
+
+std::string checkpoint_name(int64_t step) { return fmt::format("ckpt_{:08d}.bin", step); }
+
+static std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == 17 && name.rfind("ckpt_", 0) == 0 && name.substr(13) == ".bin") {
+      try {
+        out.emplace_back(std::stoll(name.substr(5, 8)), e.path().string());
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  const auto all = list_checkpoints(dir);
+  return all.empty() ? std::string() : all.back().second;
+}
+
+void prune_checkpoints(const std::string& dir, int keep) {
+  const auto all = list_checkpoints(dir);
+  for (size_t i = 0; i + size_t(keep) < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i].second, ec);
+  }
+}
+
+}  // namespace eco

@@ -1,0 +1,109 @@
+// eco-bench: training-step speed of a config on this machine, against the BLAS ceiling
+// measured in the same run.
+//   eco-bench CONFIG.yaml [--set key=value]... [--steps N] [--warmup N]
+// Reports the median ms/step, tokens/s, achieved GFLOP/s (6 x params x tokens + attention)
+// and the same machine's sgemm GFLOP/s on the model's largest GEMM shape.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// sgemm GFLOP/s for (M, N, K) = rows x out x in, as the forward matmul calls it.
+double sgemm_gflops(int M, int N, int K) {
+  std::vector<float> a(size_t(M) * K, 0.01f), b(size_t(N) * K, 0.02f), c(size_t(M) * N);
+  std::vector<double> times;
+  for (int r = 0; r < 7; ++r) {
+    const auto t0 = clock_type::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
+                0.0f, c.data(), N);
+    times.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return 2.0 * M * N * K / median(times) / 1e9;
+}
+
+int run(int argc, char** argv) {
+  std::string path;
+  std::vector<std::string> overrides;
+  int steps = 10, warmup = 2;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--set" && i + 1 < argc) overrides.push_back(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
+    else if (a == "--warmup" && i + 1 < argc) warmup = std::stoi(argv[++i]);
+    else if (a[0] != '-' && path.empty()) path = a;
+    else eco::usage_error("usage: eco-bench CONFIG.yaml [--set k=v]... [--steps N] [--warmup N]");
+  }
+  if (path.empty()) eco::usage_error("usage: eco-bench CONFIG.yaml [--set k=v]... [--steps N]");
+  const eco::Config cfg = eco::load_config(path, overrides);
+  if (cfg.train.threads > 0) omp_set_num_threads(cfg.train.threads);
+  const auto& m = cfg.model;
+  const int B = cfg.train.batch_size, T = m.seq_len;
+  auto be = eco::make_cpu_backend(eco::DType::F32);
+  eco::Transformer model(m, *be, B);
+  eco::AdamW opt(cfg.optim, model);
+  model.init_weights(cfg.train.seed);
+  eco::Rng rng(cfg.train.seed);
+  std::vector<int32_t> in(size_t(B) * T), tgt(in.size());
+  for (auto& t : in) t = int32_t(rng.next_u64() % uint64_t(m.vocab_size));
+  for (auto& t : tgt) t = int32_t(rng.next_u64() % uint64_t(m.vocab_size));
+
+  std::printf("eco-bench: %s  (%s, %d layers, d %d, %d heads, vocab %d, B %d, T %d, %lld params, "
+              "%d threads)\n",
+              path.c_str(), m.family.c_str(), m.n_layer, m.d_model, m.n_head, m.vocab_size, B, T,
+              (long long)model.table().total, omp_get_max_threads());
+  std::vector<double> ms;
+  for (int s = 0; s < warmup + steps; ++s) {
+    const auto t0 = clock_type::now();
+    model.zero_grad();
+    model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
+    opt.step(1e-4, opt.grad_norm());
+    const double dt = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+    if (s >= warmup) ms.push_back(dt);
+    std::printf("  step %2d: %8.1f ms%s\n", s + 1, dt, s < warmup ? "  (warm-up)" : "");
+  }
+  const double med = median(ms);
+  const double tokens = double(B) * T;
+  // Training FLOPs: 6 per parameter per token (forward + backward) for the matmul weights,
+  // plus attention's QK^T and att@V: 6 * 2 * B * NH * T * T * hs / 2 (causal half ignored).
+  const double matmul_params = double(model.table().total);
+  const double flops = 6.0 * matmul_params * tokens + 12.0 * m.n_layer * B * double(T) * T * m.d_model;
+  const double achieved = flops / (med / 1000.0) / 1e9;
+  const double ceiling = sgemm_gflops(B * T, 4 * m.d_model, m.d_model);
+  std::printf("\n%-34s %12s\n", "metric", "value");
+  std::printf("%-34s %12.1f\n", "median ms/step", med);
+  std::printf("%-34s %12.1f\n", "tokens/s", tokens / (med / 1000.0));
+  std::printf("%-34s %12.1f\n", "achieved GFLOP/s", achieved);
+  std::printf("%-34s %12.1f\n", "sgemm GFLOP/s (same run, ceiling)", ceiling);
+  std::printf("%-34s %12.2f\n", "fraction of sgemm ceiling", achieved / ceiling);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const eco::Error& e) {
+    std::fprintf(stderr, "eco-bench: error: %s\n", e.what());
+    return e.exit_code();
+  }
+}
