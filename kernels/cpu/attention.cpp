@@ -13,10 +13,16 @@
 
 namespace eco::cpu {
 
+namespace {
+int head_size(int C, int NH) {
+  if (NH <= 0 || C % NH != 0) throw std::invalid_argument("attention: C must be a multiple of NH");
+  return C / NH;
+}
+}  // namespace
+
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
-  if (NH <= 0 || C % NH != 0) throw std::invalid_argument("attention: C must be a multiple of NH");
-  const int hs = C / NH, ld = 3 * C;
+  const int hs = head_size(C, NH), ld = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
@@ -46,8 +52,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 template <class T>
 void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
                         int Tn, int C, int NH) {
-  if (NH <= 0 || C % NH != 0) throw std::invalid_argument("attention: C must be a multiple of NH");
-  const int hs = C / NH, ld = 3 * C;
+  const int hs = head_size(C, NH), ld = 3 * C;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {

@@ -10,8 +10,18 @@
 namespace eco::cpu {
 
 namespace {
-constexpr int kChannelBlock = 64;
+
+// Runs f(c0, c1) over blocks of 64 channels in parallel: each block is owned by one thread,
+// which visits rows in order, so per-channel sums do not depend on the thread count.
+template <class F>
+void for_each_channel_block(int C, F&& f) {
+  constexpr int kBlock = 64;
+  const int nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) f(blk * kBlock, std::min(C, (blk + 1) * kBlock));
 }
+
+}  // namespace
 
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
@@ -56,10 +66,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
       dx[c] += s * (d[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean);
     }
   }
-  const int nblocks = (C + kChannelBlock - 1) / kChannelBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; blk++) {
-    const int c0 = blk * kChannelBlock, c1 = std::min(C, c0 + kChannelBlock);
+  for_each_channel_block(C, [&](int c0, int c1) {
     for (int n = 0; n < N; n++) {
       const T* x = inp + int64_t(n) * C;
       const T* d = dout + int64_t(n) * C;
@@ -68,7 +75,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
       if (dbias)
         for (int c = c0; c < c1; c++) dbias[c] += d[c];
     }
-  }
+  });
 }
 
 template <class T>
@@ -100,17 +107,14 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
     const T k = s * s * dot / C;
     for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - x[c] * k);
   }
-  const int nblocks = (C + kChannelBlock - 1) / kChannelBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; blk++) {
-    const int c0 = blk * kChannelBlock, c1 = std::min(C, c0 + kChannelBlock);
+  for_each_channel_block(C, [&](int c0, int c1) {
     for (int n = 0; n < N; n++) {
       const T* x = inp + int64_t(n) * C;
       const T* d = dout + int64_t(n) * C;
       const T s = rstd[n];
       for (int c = c0; c < c1; c++) dweight[c] += d[c] * x[c] * s;
     }
-  }
+  });
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,

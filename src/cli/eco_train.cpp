@@ -30,7 +30,7 @@ int run(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (a == "--set") {
-      if (i + 1 >= argc) eco::usage_error("--set needs KEY=VALUE\n{}", kUsage);
+      if (i + 1 >= argc) eco::usage_error("--set needs KEY=VALUE (see eco-train --help)");
       overrides.push_back(argv[++i]);
     } else if (a.rfind("--set=", 0) == 0) {
       overrides.push_back(a.substr(6));
@@ -43,14 +43,14 @@ int run(int argc, char** argv) {
       opts.resume_path = a.substr(9);
       if (opts.resume_path.empty()) eco::usage_error("--resume= needs a checkpoint path");
     } else if (!a.empty() && a[0] == '-') {
-      eco::usage_error("unknown option '{}'\n{}", a, kUsage);
+      eco::usage_error("unknown option '{}' (see eco-train --help)", a);
     } else if (config_path.empty()) {
       config_path = a;
     } else {
-      eco::usage_error("unexpected argument '{}' (one config file expected)\n{}", a, kUsage);
+      eco::usage_error("unexpected argument '{}' (one config file expected; see eco-train --help)", a);
     }
   }
-  if (config_path.empty()) eco::usage_error("no config file given\n{}", kUsage);
+  if (config_path.empty()) eco::usage_error("no config file given (usage: eco-train CONFIG.yaml [options]; see --help)");
   const eco::Config cfg = eco::load_config(config_path, overrides);
   if (plan) {
     std::fputs(eco::plan_report(cfg).c_str(), stdout);

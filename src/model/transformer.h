@@ -35,7 +35,8 @@ class Transformer {
                           float loss_scale);
   // Forward only: the mean loss (evaluation).
   double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
-  // Forward only: logits (B, T, V) on the backend, valid until the next call.
+  // Forward only: logits on the backend, valid until the next call. The buffer holds
+  // (max_batch * seq_len, V) rows; the first B*T rows are this batch (B, T, V).
   const Tensor& forward_logits(const int32_t* inputs, int B, int T);
 
  private:

@@ -10,7 +10,7 @@ namespace eco {
 
 class AdamW {
  public:
-  // Allocates the moments m and v (fp32 on the CPU, zero-initialised; ledger: optimizer state).
+  // Allocates the moments m and v in the backend dtype, zero-initialised (ledger: optimizer state).
   AdamW(const OptimConfig& cfg, Transformer& model);
 
   // The L2 norm of all gradients (computed in double).

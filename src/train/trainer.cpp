@@ -155,7 +155,7 @@ int64_t Trainer::restore(const std::string& path) {
   const CheckpointState st = load_checkpoint(path);
   const std::string want = model_fingerprint(cfg_);
   if (st.fingerprint != want)
-    usage_error("{}: checkpoint was written by an incompatible config\n  checkpoint: {}\n  config:     {}",
+    usage_error("{}: checkpoint was written by an incompatible config (checkpoint: {}; this config: {})",
                 path, st.fingerprint, want);
   auto upload = [&](const char* name, const Tensor& t) {
     const auto& blob = st.section(name, path);

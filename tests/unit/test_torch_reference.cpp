@@ -25,15 +25,19 @@ using eco::test::Fixture;
 // summation-order differences while still failing on any wrong formula.
 // f64: the same computation in double; what is left is double rounding (~1e-15), so 1e-10 on
 // logits, loss and gradients tests the math with no float noise to hide behind.
-// f64 AdamW losses: two known, intended differences bound these at ~3e-8: torch's
-// clip_grad_norm_ scales by clip / (norm + 1e-6) where ecotrain scales by clip / norm, and
-// AdamWStep carries lr, betas, eps and weight decay as float, so the f64 backend updates with
-// float-rounded hyperparameters (e.g. beta2 = 0.949999988). 1e-7 sits above both.
+// f64 AdamW: two known differences move the trajectory by ~3e-8 each (5.5e-8 together at
+// worst, measured): torch's clip_grad_norm_ scales by clip / (norm + 1e-6) where ecotrain
+// scales by clip / norm, and AdamWStep carries lr, betas, eps, weight decay and the bias
+// corrections as float, so the f64 backend steps with float-rounded hyperparameters
+// (beta2 = 0.949999988). When this test was written, a Python replica of ecotrain's update with
+// exactly those roundings matched the f64 backend to 4e-16: nothing else hides under the 1e-7.
+// Gradient norms sit on the same drifting trajectory but react more strongly to it (6e-7
+// measured, hence 1e-5).
 struct Tolerances {
-  double logits, loss, grads, adamw_loss;
+  double logits, loss, grads, adamw_loss, adamw_grad_norm;
 };
-constexpr Tolerances kF32{1e-4, 1e-5, 1e-4, 1e-5};
-constexpr Tolerances kF64{1e-10, 1e-10, 1e-10, 1e-7};
+constexpr Tolerances kF32{1e-4, 1e-5, 1e-4, 1e-5, 1e-4};
+constexpr Tolerances kF64{1e-10, 1e-10, 1e-10, 1e-7, 1e-5};
 
 double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
   double num = 0, den = 0;
@@ -159,7 +163,10 @@ void expect_gradients_match(const std::string& family, DType dtype, const Tolera
     const double err =
         relative_error(to_host(*r.be, r.model->grad(i)), ref.fx.floats("grad." + specs[i].name));
     EXPECT_LE(err, tol.grads) << "gradient of " << specs[i].name;
-    if (!(err <= worst)) worst = err, worst_name = specs[i].name;
+    if (!(err <= worst)) {  // NaN counts as worst
+      worst = err;
+      worst_name = specs[i].name;
+    }
   }
   std::printf("  %s %s loss rel err %.2e (tol %.0e); worst gradient %s rel err %.2e (tol %.0e)\n",
               family.c_str(), dtype_tag(dtype), loss_err, tol.loss, worst_name.c_str(), worst,
@@ -183,16 +190,15 @@ void expect_adamw_losses_match(const std::string& family, DType dtype, const Tol
     const double loss_err = relative_error(loss, want_loss[s]);
     const double norm_err = relative_error(norm, want_norm[s]);
     EXPECT_LE(loss_err, tol.adamw_loss) << "loss before step " << s + 1;
-    // The gradient norm amplifies the trajectory's drift a little more than the loss does.
-    EXPECT_LE(norm_err, 10 * tol.adamw_loss) << "gradient norm before step " << s + 1;
+    EXPECT_LE(norm_err, tol.adamw_grad_norm) << "gradient norm before step " << s + 1;
     worst_loss = std::max(worst_loss, loss_err);
     worst_norm = std::max(worst_norm, norm_err);
     opt.step(ref.optim.lr, norm);
   }
   std::printf("  %s %s %d AdamW steps: worst loss rel err %.2e (tol %.0e), worst grad-norm rel "
-              "err %.2e\n",
+              "err %.2e (tol %.0e)\n",
               family.c_str(), dtype_tag(dtype), ref.steps, worst_loss, tol.adamw_loss,
-              worst_norm);
+              worst_norm, tol.adamw_grad_norm);
 }
 
 // A missing or broken fixture fails the test with the reader's message (never a skip).

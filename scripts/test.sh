@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds (CUDA sources too when nvcc is present),
+# and runs every test with ctest. GPU tests report themselves skipped on machines without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+scripts/build.sh "$@"
+cd build
+ctest --output-on-failure -j"$(nproc)" --timeout 900

@@ -1,0 +1,35 @@
+# Shared helpers for the end-to-end tests. Each test is run as: bash TEST.sh ECO_TRAIN SOURCE_DIR
+set -euo pipefail
+ECO_TRAIN=$1
+SRC=$2
+WORK=$(mktemp -d /tmp/eco-e2e.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# A tiny config on the synthetic corpus; extra YAML lines may be appended by the caller.
+tiny_config() {
+  cat <<YAML
+model: {family: gpt2, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 64, seq_len: 16}
+data: {source: synthetic}
+optim: {lr: 3.0e-3, warmup_steps: 2}
+train: {batch_size: 4, max_steps: 8, log_interval: 1, eval_batches: 2, sample_tokens: 8, out_dir: $WORK/run}
+YAML
+}
+
+# expect_error CODE SUBSTRING -- COMMAND...: the command must exit with CODE, print exactly one
+# line on stderr containing SUBSTRING, and not crash.
+expect_error() {
+  local code=$1 needle=$2
+  shift 3
+  local out rc=0
+  out=$("$@" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" = "$code" ] || fail "expected exit $code, got $rc from: $* -- stderr: $out"
+  grep -qF -- "$needle" <<<"$out" || fail "stderr lacks '$needle': $out"
+  [ "$(grep -c . <<<"$out")" = 1 ] || fail "expected one line of error, got: $out"
+  echo "ok: exit $rc: $out"
+}
