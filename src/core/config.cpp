@@ -55,8 +55,11 @@ class SectionReader {
 
   void finish() const {
     if (!node_ || !node_.IsMap()) return;
+    std::set<std::string> seen;
     for (const auto& kv : node_) {
       const std::string k = kv.first.as<std::string>();
+      if (!seen.insert(k).second)
+        usage_error("{}: key '{}.{}' appears more than once", origin_, section_, k);
       if (!known_.count(k)) {
         std::string list;
         for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;
@@ -87,6 +90,7 @@ void apply_override(YAML::Node& root, const std::string& kv) {
     usage_error("--set '{}': expected KEY=VALUE, e.g. --set optim.lr=3e-4", kv);
   const std::string key = kv.substr(0, eq);
   const std::string value = kv.substr(eq + 1);
+  if (value.empty()) usage_error("--set '{}': empty value (expected KEY=VALUE)", kv);
   YAML::Node parsed;
   try {
     parsed = YAML::Load(value);
@@ -124,8 +128,10 @@ Config from_node(YAML::Node root, const std::string& origin) {
 
   static const std::set<std::string> kSections = {"model", "data", "optim", "train",
                                                   "precision", "device"};
+  std::set<std::string> seen;
   for (const auto& kv : root) {
     const std::string k = kv.first.as<std::string>();
+    if (!seen.insert(k).second) usage_error("{}: section '{}' appears more than once", origin, k);
     if (!kSections.count(k))
       usage_error("{}: unknown top-level key '{}' (expected model, data, optim, train, "
                   "precision, device)",
@@ -242,6 +248,8 @@ Config from_node(YAML::Node root, const std::string& origin) {
     require(t.max_steps >= 0 && t.max_tokens >= 0, origin, "train.max_steps", "must be >= 0");
     require(t.max_steps > 0 || t.max_tokens > 0, origin, "train.max_steps",
             "set train.max_steps or train.max_tokens to a positive value");
+    require(t.max_steps <= int64_t(1e12) && t.max_tokens <= int64_t(1e15), origin,
+            "train.max_tokens", "is implausibly large (max_steps <= 1e12, max_tokens <= 1e15)");
     require(!(t.max_steps > 0 && t.max_tokens > 0), origin, "train.max_tokens",
             "set either train.max_steps or train.max_tokens, not both");
     require(t.log_interval >= 1, origin, "train.log_interval", "must be >= 1");
@@ -263,7 +271,7 @@ Config from_node(YAML::Node root, const std::string& origin) {
             fmt::format("'{}' is not available in this build; available: fp32",
                         c.precision.treatment));
   }
-  if (root["device"]) {
+  if (root["device"] && !root["device"].IsNull()) {
     const YAML::Node d = root["device"];
     if (!d.IsScalar()) usage_error("{}: key 'device' must be 'cpu' or 'cuda'", origin);
     c.device = d.Scalar();

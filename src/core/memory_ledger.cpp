@@ -46,7 +46,7 @@ std::string MemoryLedger::table() const {
                      totals_[i], totals_[i] / 1048576.0, 100.0 * totals_[i] / all);
   }
   s += fmt::format("{:<18} {:>14} {:>10.2f}\n", "total", total(), total() / 1048576.0);
-  s += fmt::format("{:<18} {:>14} {:>10.2f}  (weights + scales + master + optimizer state)\n",
+  s += fmt::format("{:<18} {:>14} {:>10.2f}  (weights + codes + scales + master + optimizer state)\n",
                    "static", static_bytes(), static_bytes() / 1048576.0);
   return s;
 }

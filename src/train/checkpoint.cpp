@@ -26,6 +26,7 @@ class Writer {
  public:
   explicit Writer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   void bytes(const void* p, size_t n) {
+    if (n == 0) return;  // crc32_z(crc, nullptr, 0) would reset the running checksum
     crc_ = crc32_z(crc_, static_cast<const Bytef*>(p), n);
     const char* c = static_cast<const char*>(p);
     while (n > 0) {
@@ -130,6 +131,9 @@ void save_checkpoint(const std::string& path, const CheckpointState& st) {
 }
 
 CheckpointState load_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) runtime_error("{}: cannot open checkpoint (no such file)", path);
+  if (!fs::is_regular_file(path, ec)) runtime_error("{}: not a checkpoint file", path);
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) runtime_error("{}: cannot open checkpoint", path);
   const std::streamsize size = f.tellg();
@@ -180,12 +184,13 @@ static std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::
   if (!fs::is_directory(dir, ec)) return out;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.size() == 17 && name.rfind("ckpt_", 0) == 0 && name.substr(13) == ".bin") {
-      try {
-        out.emplace_back(std::stoll(name.substr(5, 8)), e.path().string());
-      } catch (const std::exception&) {
-      }
-    }
+    // ckpt_<at least 8 digits>.bin (checkpoint_name pads to 8 and grows beyond).
+    if (name.size() < 17 || name.rfind("ckpt_", 0) != 0 ||
+        name.substr(name.size() - 4) != ".bin")
+      continue;
+    const std::string digits = name.substr(5, name.size() - 9);
+    if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    out.emplace_back(std::stoll(digits), e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -281,7 +281,7 @@ TYPED_TEST(CpuKernelOp, BackwardMatchesFiniteDifferences) {
   const TypeParam op;
   Tensors<double> in = random_inputs(op, 1);
   const std::vector<double> dout = random_values(op.output_size(), 100);
-  Tensors<double> prefill = random_inputs(op, 200);  // nonzero: backward must add onto it
+  const Tensors<double> prefill = random_inputs(op, 200);  // nonzero: backward must add onto it
   const Tensors<double> analytic = analytic_gradients<double>(op, dout, in, prefill);
 
   // Central differences with h = 1e-6 in float64: truncation O(h^2 L''') ~ 1e-12 and rounding
