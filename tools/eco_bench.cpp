@@ -16,7 +16,8 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
+#include "quant/treatment.h"
 
 namespace {
 
@@ -58,8 +59,8 @@ int run(int argc, char** argv) {
   const auto& m = cfg.model;
   const int B = cfg.train.batch_size, T = m.seq_len;
   auto be = eco::make_cpu_backend(eco::DType::F32);
-  eco::Transformer model(m, *be, B);
-  eco::AdamW opt(cfg.optim, model);
+  eco::Transformer model(m, *be, B, eco::treatment_from_name(cfg.precision.treatment));
+  eco::Optimizer opt(cfg.optim, model, cfg.train.seed);
   model.init_weights(cfg.train.seed);
   eco::Rng rng(cfg.train.seed);
   std::vector<int32_t> in(size_t(B) * T), tgt(in.size());

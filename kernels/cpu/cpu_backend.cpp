@@ -7,6 +7,11 @@
 
 #include "core/error.h"
 #include "kernels/common/adamw.h"
+#include "kernels/common/bf16.h"
+#include "kernels/common/eco_update.h"
+#include "kernels/common/format_quantizer.h"
+#include "kernels/common/qformat.h"
+#include "optim/quantized_update.h"
 #include "kernels/cpu/kernels.h"
 #include "model/backend.h"
 
@@ -25,7 +30,7 @@ class CpuBackend : public Backend {
   DType dtype() const override { return std::is_same_v<T, double> ? DType::F64 : DType::F32; }
 
   Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
-               MemCategory category) override {
+               MemCategory category, bool quantizable_param) override {
     Tensor t;
     t.shape = std::move(shape);
     t.dtype = dtype;
@@ -35,7 +40,7 @@ class CpuBackend : public Backend {
     std::memset(p, 0, bytes);
     buffers_.emplace_back(p);
     t.data = p;
-    ledger_.record(name, category, t.bytes());
+    ledger_.record(name, category, t.bytes(), quantizable_param);
     return t;
   }
   void zero(const Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
@@ -125,13 +130,47 @@ class CpuBackend : public Backend {
                                        V, dloss);
   }
 
+  void dequantize(const Tensor& out, const QTensor& q) override {
+    ECO_ASSERT(out.dtype == DType::F32, "dequantize writes fp32, not {}", dtype_name(out.dtype));
+    ::eco::dequantize(q, out.as<float>());
+  }
+  void quantize(QTensor& q, const Tensor& src, Rounding rounding, uint64_t seed, uint64_t step,
+                uint32_t tensor_id) override {
+    ECO_ASSERT(src.dtype == DType::F32, "quantize reads fp32, not {}", dtype_name(src.dtype));
+    ::eco::quantize(src.as<float>(), q, rounding, seed, step, tensor_id);
+  }
+  void round_to_bf16(const Tensor& out, const Tensor& in, int64_t n) override {
+    float* o = out.as<float>();
+    const float* x = in.as<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) o[i] = bf16_to_float(float_to_bf16(x[i]));
+  }
+  void cast_activations(const Tensor& x, int N, int C, ActCast cast) override {
+    if (cast == ActCast::None) return;
+    float* p = x.as<float>();
+    if (cast == ActCast::Bf16) {
+      round_to_bf16(x, x, int64_t(N) * C);
+      return;
+    }
+    // E4M3, one scale per token row, round to nearest (the paper's activation recipe).
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; ++r) {
+      float* row = p + int64_t(r) * C;
+      float absmax = 0.0f;
+      for (int c = 0; c < C; ++c) absmax = std::max(absmax, std::fabs(row[c]));
+      const float scale = group_scale(QFormat::E4M3, absmax);
+      for (int c = 0; c < C; ++c)
+        row[c] = dequantize_value(QFormat::E4M3,
+                                  quantize_value(QFormat::E4M3, Rounding::RTN, row[c], scale, 0),
+                                  scale);
+    }
+  }
+
   double sum_squares(const Tensor& x, int64_t n) override { return cpu::sum_squares(p(x), n); }
 
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     int64_t n, const AdamWStep& s) override {
-    const AdamWCoeffs c{s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
-                        float(1.0 - std::pow(double(s.beta1), double(s.t))),
-                        float(1.0 - std::pow(double(s.beta2), double(s.t)))};
+    const AdamWCoeffs c = adamw_coeffs(s);
     T* w = p(param);
     const T* g = p(grad);
     T* mm = p(m);
@@ -140,7 +179,58 @@ class CpuBackend : public Backend {
     for (int64_t i = 0; i < n; ++i) w[i] = adamw_element(w[i], g[i], mm[i], vv[i], c);
   }
 
+  void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
+                   const SgdmStep& s) override {
+    const SgdmCoeffs c{s.lr, s.beta, s.weight_decay, s.grad_scale};
+    T* w = p(param);
+    const T* g = p(grad);
+    T* mm = p(m);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      sgdm_moment(g[i], mm[i], c);
+      w[i] = sgdm_theta(w[i], mm[i], c);
+    }
+  }
+
+  void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
+                              const Tensor& m, const Tensor& v, const AdamWStep& s,
+                              const QuantizedStep& qs) override {
+    quantized_update(AdamWRule{adamw_coeffs(s)}, q, master, grad, m, v, qs);
+  }
+  void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
+                             const Tensor& m, const SgdmStep& s,
+                             const QuantizedStep& qs) override {
+    quantized_update(SgdmRule{{s.lr, s.beta, s.weight_decay, s.grad_scale}}, q, master, grad, m,
+                     Tensor{}, qs);
+  }
+
  private:
+  static AdamWCoeffs adamw_coeffs(const AdamWStep& s) {
+    return {s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
+            float(1.0 - std::pow(double(s.beta1), double(s.t))),
+            float(1.0 - std::pow(double(s.beta2), double(s.t)))};
+  }
+
+  // Dispatch on the optimizer state dtype (fp32 or bf16) to the shared group update.
+  template <class Rule>
+  void quantized_update(const Rule& rule, QTensor& q, const Tensor& master, const Tensor& grad,
+                        const Tensor& m, const Tensor& v, const QuantizedStep& qs) {
+    ECO_ASSERT(grad.dtype == DType::F32, "quantized update needs fp32 gradients");
+    const FormatQuantizer fq{q.format, qs.rounding, qs.seed, qs.step, qs.tensor_id};
+    auto run = [&](auto* mm, auto* vv) {
+      using S = std::remove_pointer_t<decltype(mm)>;
+      const QuantizedUpdateBuffers<S, float> b{q.codes.as<uint8_t>(),
+                                               master.empty() ? nullptr : master.as<float>(),
+                                               grad.as<float>(), mm, vv};
+      quantized_update_matrix(rule, fq, qs.policy, b, q.scales.as<float>(), q.rows, q.cols,
+                              q.granularity);
+    };
+    if (m.dtype == DType::BF16)
+      run(m.as<uint16_t>(), v.empty() ? nullptr : v.as<uint16_t>());
+    else
+      run(m.as<float>(), v.empty() ? nullptr : v.as<float>());
+  }
+
   T* p(const Tensor& t) const {
     if (t.empty()) return nullptr;
     ECO_ASSERT(t.dtype == dtype(), "tensor dtype {} on the {} backend", dtype_name(t.dtype),
@@ -157,13 +247,13 @@ class PlanningBackend final : public CpuBackend<float> {
  public:
   std::string name() const override { return "plan"; }
   Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
-               MemCategory category) override {
+               MemCategory category, bool quantizable_param) override {
     static char dummy;
     Tensor t;
     t.shape = std::move(shape);
     t.dtype = dtype;
     t.data = &dummy;
-    ledger_.record(name, category, t.bytes());
+    ledger_.record(name, category, t.bytes(), quantizable_param);
     return t;
   }
 };

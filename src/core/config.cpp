@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "quant/treatment.h"
 
 namespace eco {
 namespace {
@@ -204,9 +205,12 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("warmup_frac", o.warmup_frac);
     r.get("schedule", o.schedule);
     r.get("final_lr_frac", o.final_lr_frac);
+    r.get("state_dtype", o.state_dtype);
     r.finish();
-    require(o.name == "adamw", origin, "optim.name",
-            fmt::format("expected 'adamw', got '{}'", o.name));
+    require(o.name == "adamw" || o.name == "sgdm", origin, "optim.name",
+            fmt::format("expected 'adamw' or 'sgdm', got '{}'", o.name));
+    require(o.state_dtype == "fp32" || o.state_dtype == "bf16", origin, "optim.state_dtype",
+            fmt::format("expected 'fp32' or 'bf16', got '{}'", o.state_dtype));
     require(o.lr > 0 && std::isfinite(o.lr), origin, "optim.lr", "must be a positive number");
     require(o.beta1 >= 0 && o.beta1 < 1, origin, "optim.beta1", "must be in [0, 1)");
     require(o.beta2 >= 0 && o.beta2 < 1, origin, "optim.beta2", "must be in [0, 1)");
@@ -267,9 +271,11 @@ Config from_node(YAML::Node root, const std::string& origin) {
     SectionReader r(root["precision"], "precision", origin);
     r.get("treatment", c.precision.treatment);
     r.finish();
-    require(c.precision.treatment == "fp32", origin, "precision.treatment",
-            fmt::format("'{}' is not available in this build; available: fp32",
-                        c.precision.treatment));
+    try {
+      treatment_from_name(c.precision.treatment);
+    } catch (const Error& e) {
+      usage_error("{}: key 'precision.treatment': {}", origin, e.what());
+    }
   }
   if (root["device"] && !root["device"].IsNull()) {
     const YAML::Node d = root["device"];
@@ -355,6 +361,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "warmup_frac" << YAML::Value << c.optim.warmup_frac;
   e << YAML::Key << "schedule" << YAML::Value << c.optim.schedule;
   e << YAML::Key << "final_lr_frac" << YAML::Value << c.optim.final_lr_frac;
+  e << YAML::Key << "state_dtype" << YAML::Value << c.optim.state_dtype;
   e << YAML::EndMap;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "batch_size" << YAML::Value << c.train.batch_size;
@@ -385,9 +392,9 @@ std::string model_fingerprint(const Config& c) {
   const auto& m = c.model;
   return fmt::format(
       "family={} n_layer={} n_head={} d_model={} mlp_hidden={} vocab_size={} max_seq_len={} "
-      "tie_embeddings={} treatment={}",
+      "tie_embeddings={} treatment={} optimizer={} state_dtype={}",
       m.family, m.n_layer, m.n_head, m.d_model, m.mlp_hidden, m.vocab_size, m.max_seq_len,
-      m.tie_embeddings, c.precision.treatment);
+      m.tie_embeddings, c.precision.treatment, c.optim.name, c.optim.state_dtype);
 }
 
 }  // namespace eco

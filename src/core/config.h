@@ -34,7 +34,7 @@ struct DataConfig {
 };
 
 struct OptimConfig {
-  std::string name = "adamw";
+  std::string name = "adamw";     // adamw | sgdm (SGD with EMA momentum beta1)
   double lr = 3e-4;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -45,6 +45,7 @@ struct OptimConfig {
   double warmup_frac = 0.0;
   std::string schedule = "cosine";  // cosine | linear | constant
   double final_lr_frac = 0.1;       // lr at the end of the decay, as a fraction of lr
+  std::string state_dtype = "fp32"; // fp32 | bf16: optimizer moments of quantized parameters
 };
 
 struct TrainConfig {
@@ -66,7 +67,7 @@ struct TrainConfig {
 };
 
 struct PrecisionConfig {
-  std::string treatment = "fp32";
+  std::string treatment = "fp32";  // see src/quant/treatment.h for the list
 };
 
 struct Config {

@@ -21,9 +21,22 @@ const char* mem_category_name(MemCategory c) {
   return "?";
 }
 
-void MemoryLedger::record(std::string name, MemCategory category, uint64_t bytes) {
+void MemoryLedger::record(std::string name, MemCategory category, uint64_t bytes,
+                          bool quantizable_param) {
   totals_[size_t(category)] += bytes;
-  entries_.push_back({std::move(name), category, bytes});
+  entries_.push_back({std::move(name), category, bytes, quantizable_param});
+}
+
+static bool is_static(MemCategory c) {
+  return c == MemCategory::Weights || c == MemCategory::QuantCodes || c == MemCategory::Scales ||
+         c == MemCategory::Master || c == MemCategory::OptState;
+}
+
+uint64_t MemoryLedger::static_bytes_quantizable() const {
+  uint64_t t = 0;
+  for (const auto& e : entries_)
+    if (e.quantizable_param && is_static(e.category)) t += e.bytes;
+  return t;
 }
 
 uint64_t MemoryLedger::total() const {
@@ -33,8 +46,10 @@ uint64_t MemoryLedger::total() const {
 }
 
 uint64_t MemoryLedger::static_bytes() const {
-  return total(MemCategory::Weights) + total(MemCategory::QuantCodes) +
-         total(MemCategory::Scales) + total(MemCategory::Master) + total(MemCategory::OptState);
+  uint64_t t = 0;
+  for (size_t i = 0; i < size_t(MemCategory::Count); ++i)
+    if (is_static(MemCategory(i))) t += totals_[i];
+  return t;
 }
 
 std::string MemoryLedger::table() const {

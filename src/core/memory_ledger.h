@@ -27,13 +27,18 @@ class MemoryLedger {
     std::string name;
     MemCategory category;
     uint64_t bytes;
+    bool quantizable_param;  // belongs to a quantizable parameter (block linear)
   };
 
-  void record(std::string name, MemCategory category, uint64_t bytes);
+  void record(std::string name, MemCategory category, uint64_t bytes,
+              bool quantizable_param = false);
   uint64_t total(MemCategory c) const { return totals_[size_t(c)]; }
   uint64_t total() const;
   // Static memory as the ECO paper counts it: weights (codes + scales + master) + optimizer state.
   uint64_t static_bytes() const;
+  // The same, counting only allocations that belong to quantizable parameters (block linears):
+  // divided by their element count this is the paper's "static bytes per quantized parameter".
+  uint64_t static_bytes_quantizable() const;
   const std::vector<Entry>& entries() const { return entries_; }
   // A printable table of the categories (bytes, MiB, share).
   std::string table() const;

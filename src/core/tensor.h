@@ -8,12 +8,13 @@
 
 namespace eco {
 
-enum class DType : uint8_t { F32, F64, BF16, I32 };
+enum class DType : uint8_t { F32, F64, BF16, I32, U8 };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
     case DType::F64: return 8;
     case DType::BF16: return 2;
+    case DType::U8: return 1;
     default: return 4;
   }
 }
@@ -23,6 +24,7 @@ inline const char* dtype_name(DType t) {
     case DType::F64: return "f64";
     case DType::BF16: return "bf16";
     case DType::I32: return "i32";
+    case DType::U8: return "u8";
   }
   return "?";
 }

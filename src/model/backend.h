@@ -9,6 +9,7 @@
 
 #include "core/memory_ledger.h"
 #include "core/tensor.h"
+#include "quant/treatment.h"
 
 namespace eco {
 
@@ -20,6 +21,20 @@ struct AdamWStep {
   int64_t t;           // step number, from 1 (bias corrections)
 };
 
+// SGD with momentum in EMA form: m = beta*m + (1-beta)*g, w = w*(1 - lr*wd) - lr*m.
+struct SgdmStep {
+  float lr, beta, weight_decay, grad_scale;
+};
+
+// How a quantized parameter is updated this step (the treatment's policy and rounding), and
+// the key of its SR random stream.
+struct QuantizedStep {
+  UpdatePolicy policy;
+  Rounding rounding;
+  uint64_t seed, step;
+  uint32_t tensor_id;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -28,9 +43,10 @@ class Backend {
   virtual DType dtype() const = 0;
 
   // ---- memory -------------------------------------------------------------------------------
-  // Allocate a zero-filled tensor that lives as long as the backend; recorded in the ledger.
+  // Allocate a zero-filled tensor that lives as long as the backend; recorded in the ledger
+  // (quantizable_param: it belongs to a block linear, for the per-quantized-parameter figures).
   virtual Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
-                       MemCategory category) = 0;
+                       MemCategory category, bool quantizable_param = false) = 0;
   virtual void zero(const Tensor& t) = 0;
   // Raw copies in the tensor's own dtype.
   virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
@@ -82,11 +98,35 @@ class Backend {
                                              const Tensor& logits, const Tensor& targets, int N,
                                              int V, float dloss) = 0;
 
+  // ---- quantization ---------------------------------------------------------------------------
+  // out (rows, cols) fp32 = dequant(q).
+  virtual void dequantize(const Tensor& out, const QTensor& q) = 0;
+  // q = quantize(src (rows, cols) fp32) with q's format and granularity; SR draws are keyed by
+  // (seed, step, tensor_id, element index).
+  virtual void quantize(QTensor& q, const Tensor& src, Rounding rounding, uint64_t seed,
+                        uint64_t step, uint32_t tensor_id) = 0;
+  // out (n) = bf16-rounded in (round to nearest even), kept in fp32.
+  virtual void round_to_bf16(const Tensor& out, const Tensor& in, int64_t n) = 0;
+  // What the forward does to activations x (N, C) entering a quantized linear, in place:
+  // None: nothing; Bf16: round; E4M3Row: quantize-dequantize with one scale per row, RTN.
+  virtual void cast_activations(const Tensor& x, int N, int C, ActCast cast) = 0;
+
   // ---- optimizer ----------------------------------------------------------------------------
   virtual double sum_squares(const Tensor& x, int64_t n) = 0;
   // One AdamW step over n elements of a parameter (param, grad, m, v are parallel arrays).
   virtual void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
                             const Tensor& v, int64_t n, const AdamWStep& s) = 0;
+  virtual void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
+                           const SgdmStep& s) = 0;
+  // The fused update of a quantized parameter (kernels/common/eco_update.h), one scale group at
+  // a time: moments, theta (never stored), new scale, codes, and under ECO the error into m.
+  // master is the fp32 master copy (Master policy) or empty; m, v are fp32 or bf16.
+  virtual void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
+                                      const Tensor& m, const Tensor& v, const AdamWStep& s,
+                                      const QuantizedStep& qs) = 0;
+  virtual void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
+                                     const Tensor& m, const SgdmStep& s,
+                                     const QuantizedStep& qs) = 0;
 
  protected:
   MemoryLedger ledger_;

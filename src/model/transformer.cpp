@@ -9,13 +9,28 @@
 
 namespace eco {
 
-Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch)
-    : cfg_(cfg), be_(be), table_(build_param_table(cfg)), max_batch_(max_batch) {
+Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
+                         const Treatment& treatment)
+    : cfg_(cfg), be_(be), table_(build_param_table(cfg)), store_(table_, treatment, be),
+      max_batch_(max_batch) {
   const DType dt = be_.dtype();
   const int64_t B = max_batch, T = cfg.seq_len, N = B * T, C = cfg.d_model, NH = cfg.n_head;
   const int64_t H = cfg.mlp_hidden, FC = cfg.is_llama() ? 2 * H : H, V = cfg.vocab_size;
-  params_ = be_.alloc("params", {table_.total}, dt, MemCategory::Weights);
   grads_ = be_.alloc("grads", {table_.total}, dt, MemCategory::Grads);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    layers_.push_back({index(p + "norm1.weight"), index(p + "norm1.bias"),
+                       index(p + "attn.qkv.weight"), index(p + "attn.qkv.bias"),
+                       index(p + "attn.proj.weight"), index(p + "attn.proj.bias"),
+                       index(p + "norm2.weight"), index(p + "norm2.bias"),
+                       index(p + "mlp.fc.weight"), index(p + "mlp.fc.bias"),
+                       index(p + "mlp.proj.weight"), index(p + "mlp.proj.bias")});
+  }
+  wte_ = index("wte");
+  wpe_ = index("wpe");
+  norm_f_w_ = index("norm_f.weight");
+  norm_f_b_ = index("norm_f.bias");
+  head_ = cfg.tie_embeddings ? wte_ : index("lm_head.weight");
   tokens_ = be_.alloc("tokens", {N}, DType::I32, MemCategory::Workspace);
   targets_ = be_.alloc("targets", {N}, DType::I32, MemCategory::Workspace);
   losses_ = be_.alloc("losses", {N}, dt, MemCategory::Workspace);
@@ -60,44 +75,20 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch)
   scratch_c_ = ws("scratch_c", {N, C});
 }
 
-Tensor Transformer::param(size_t i) const {
-  return params_.slice(table_.specs[i].offset, table_.specs[i].shape);
-}
 Tensor Transformer::grad(size_t i) const {
   return grads_.slice(table_.specs[i].offset, table_.specs[i].shape);
 }
 
-Tensor Transformer::view(const Tensor& flat, const std::string& name) const {
-  for (const auto& s : table_.specs)
-    if (s.name == name) return flat.slice(s.offset, s.shape);
-  return Tensor{};  // absent in this family (e.g. biases in llama): an empty tensor
+int Transformer::index(const std::string& name) const {
+  for (size_t i = 0; i < table_.specs.size(); ++i)
+    if (table_.specs[i].name == name) return int(i);
+  return -1;
 }
 
-Transformer::LayerParams Transformer::layer_views(const Tensor& flat, int l) const {
-  const std::string p = fmt::format("h.{}.", l);
-  return {view(flat, p + "norm1.weight"),    view(flat, p + "norm1.bias"),
-          view(flat, p + "attn.qkv.weight"), view(flat, p + "attn.qkv.bias"),
-          view(flat, p + "attn.proj.weight"), view(flat, p + "attn.proj.bias"),
-          view(flat, p + "norm2.weight"),    view(flat, p + "norm2.bias"),
-          view(flat, p + "mlp.fc.weight"),   view(flat, p + "mlp.fc.bias"),
-          view(flat, p + "mlp.proj.weight"), view(flat, p + "mlp.proj.bias")};
-}
-
-void Transformer::init_weights(uint64_t seed) {
-  std::vector<double> host(size_t(table_.total));
-  for (size_t i = 0; i < table_.specs.size(); ++i) {
-    const auto& s = table_.specs[i];
-    // One stream per parameter, so adding a parameter does not shift the others' values.
-    Rng rng(seed * 0x100000001B3ull + i);
-    for (int64_t k = 0; k < s.numel(); ++k)
-      host[s.offset + k] = s.init_std > 0 ? s.init_std * rng.normal() : s.init_value;
-  }
-  if (params_.dtype == DType::F64) {
-    be_.copy_from_host(params_, host.data());
-  } else {
-    std::vector<float> f(host.begin(), host.end());
-    be_.copy_from_host(params_, f.data());
-  }
+void Transformer::linear_forward(const Tensor& out, const Tensor& inp, int w_idx, int b_idx,
+                                 int N, int C, int OC) {
+  be_.cast_activations(inp, N, C, store_.treatment().act);
+  be_.matmul_forward(out, inp, w(w_idx), w(b_idx), N, C, OC);
 }
 
 void Transformer::zero_grad() { be_.zero(grads_); }
@@ -128,36 +119,34 @@ void Transformer::norm_backward(const Tensor& dinp, const Tensor& dw, const Tens
 void Transformer::forward(int B, int T) {
   const int N = B * T, C = cfg_.d_model, NH = cfg_.n_head, H = cfg_.mlp_hidden;
   const int FC = cfg_.is_llama() ? 2 * H : H;
-  const Tensor wpe = view(params_, "wpe");
-  be_.embedding_forward(encoded_, tokens_, view(params_, "wte"), wpe, B, T, C);  // (N, C)
+  be_.embedding_forward(encoded_, tokens_, w(wte_), w(wpe_), B, T, C);  // (N, C)
   Tensor x = encoded_;
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    const LayerParams p = layer_views(params_, l);
+    const LayerParams& p = layers_[l];
     LayerActs& a = acts_[l];
-    norm_forward(a.norm1, a.norm1_mean, a.norm1_rstd, x, p.norm1_w, p.norm1_b, N);
-    be_.matmul_forward(a.qkv, a.norm1, p.qkv_w, p.qkv_b, N, C, 3 * C);  // (N, 3C)
+    norm_forward(a.norm1, a.norm1_mean, a.norm1_rstd, x, w(p.norm1_w), w(p.norm1_b), N);
+    linear_forward(a.qkv, a.norm1, p.qkv_w, p.qkv_b, N, C, 3 * C);  // (N, 3C)
     Tensor qkv = a.qkv;
     if (cfg_.is_llama()) {
       be_.rope_forward(a.qkv_rope, a.qkv, B, T, C, NH, cfg_.rope_theta);
       qkv = a.qkv_rope;
     }
     be_.attention_forward(a.atty, a.att, qkv, B, T, C, NH);               // (N, C)
-    be_.matmul_forward(scratch_c_, a.atty, p.proj_w, p.proj_b, N, C, C);  // (N, C)
+    linear_forward(scratch_c_, a.atty, p.proj_w, p.proj_b, N, C, C);  // (N, C)
     be_.residual_forward(a.resid_mid, x, scratch_c_, int64_t(N) * C);
-    norm_forward(a.norm2, a.norm2_mean, a.norm2_rstd, a.resid_mid, p.norm2_w, p.norm2_b, N);
-    be_.matmul_forward(a.fc, a.norm2, p.fc_w, p.fc_b, N, C, FC);  // (N, FC)
+    norm_forward(a.norm2, a.norm2_mean, a.norm2_rstd, a.resid_mid, w(p.norm2_w), w(p.norm2_b),
+                 N);
+    linear_forward(a.fc, a.norm2, p.fc_w, p.fc_b, N, C, FC);  // (N, FC)
     if (cfg_.is_llama())
       be_.swiglu_forward(a.act, a.fc, N, H);  // (N, H)
     else
       be_.gelu_forward(a.act, a.fc, int64_t(N) * H);
-    be_.matmul_forward(scratch_c_, a.act, p.mlp_proj_w, p.mlp_proj_b, N, H, C);  // (N, C)
+    linear_forward(scratch_c_, a.act, p.mlp_proj_w, p.mlp_proj_b, N, H, C);  // (N, C)
     be_.residual_forward(a.resid_out, a.resid_mid, scratch_c_, int64_t(N) * C);
     x = a.resid_out;
   }
-  norm_forward(norm_f_, norm_f_mean_, norm_f_rstd_, x, view(params_, "norm_f.weight"),
-               view(params_, "norm_f.bias"), N);
-  const Tensor head = cfg_.tie_embeddings ? view(params_, "wte") : view(params_, "lm_head.weight");
-  be_.matmul_forward(logits_, norm_f_, head, Tensor{}, N, C, cfg_.vocab_size);  // (N, V)
+  norm_forward(norm_f_, norm_f_mean_, norm_f_rstd_, x, w(norm_f_w_), w(norm_f_b_), N);
+  be_.matmul_forward(logits_, norm_f_, w(head_), Tensor{}, N, C, cfg_.vocab_size);  // (N, V)
 }
 
 double Transformer::loss(int B, int T, float dloss_per_row, bool with_grad) {
@@ -181,38 +170,36 @@ double Transformer::loss(int B, int T, float dloss_per_row, bool with_grad) {
 void Transformer::backward(int B, int T) {
   const int N = B * T, C = cfg_.d_model, NH = cfg_.n_head, H = cfg_.mlp_hidden;
   const int FC = cfg_.is_llama() ? 2 * H : H;
-  const bool tied = cfg_.tie_embeddings;
-  const Tensor head = tied ? view(params_, "wte") : view(params_, "lm_head.weight");
-  const Tensor dhead = tied ? view(grads_, "wte") : view(grads_, "lm_head.weight");
   const Tensor x_last = acts_.back().resid_out;
 
   be_.zero(d_norm_);
-  be_.matmul_backward(d_norm_, dhead, Tensor{}, logits_, norm_f_, head, N, C, cfg_.vocab_size);
+  be_.matmul_backward(d_norm_, g(head_), Tensor{}, logits_, norm_f_, w(head_), N, C,
+                      cfg_.vocab_size);
   be_.zero(d_resid_);
-  norm_backward(d_resid_, view(grads_, "norm_f.weight"), view(grads_, "norm_f.bias"), d_norm_,
-                x_last, view(params_, "norm_f.weight"), norm_f_mean_, norm_f_rstd_, N);
+  norm_backward(d_resid_, g(norm_f_w_), g(norm_f_b_), d_norm_, x_last, w(norm_f_w_),
+                norm_f_mean_, norm_f_rstd_, N);
   // Invariant at the top of each iteration: d_resid_ = dL/d(resid_out of layer l).
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    const LayerParams p = layer_views(params_, l);
-    const LayerParams g = layer_views(grads_, l);
+    const LayerParams& p = layers_[l];
     const LayerActs& a = acts_[l];
     const Tensor x_in = l == 0 ? encoded_ : acts_[l - 1].resid_out;
     // MLP branch: resid_out = resid_mid + proj(act(fc(norm2(resid_mid)))).
     be_.zero(d_act_);
-    be_.matmul_backward(d_act_, g.mlp_proj_w, g.mlp_proj_b, d_resid_, a.act, p.mlp_proj_w, N, H,
-                        C);
+    be_.matmul_backward(d_act_, g(p.mlp_proj_w), g(p.mlp_proj_b), d_resid_, a.act,
+                        w(p.mlp_proj_w), N, H, C);
     be_.zero(d_fc_);
     if (cfg_.is_llama())
       be_.swiglu_backward(d_fc_, d_act_, a.fc, N, H);
     else
       be_.gelu_backward(d_fc_, a.fc, d_act_, int64_t(N) * H);
     be_.zero(d_norm_);
-    be_.matmul_backward(d_norm_, g.fc_w, g.fc_b, d_fc_, a.norm2, p.fc_w, N, C, FC);
-    norm_backward(d_resid_, g.norm2_w, g.norm2_b, d_norm_, a.resid_mid, p.norm2_w, a.norm2_mean,
-                  a.norm2_rstd, N);  // d_resid_ = dL/d(resid_mid)
+    be_.matmul_backward(d_norm_, g(p.fc_w), g(p.fc_b), d_fc_, a.norm2, w(p.fc_w), N, C, FC);
+    norm_backward(d_resid_, g(p.norm2_w), g(p.norm2_b), d_norm_, a.resid_mid, w(p.norm2_w),
+                  a.norm2_mean, a.norm2_rstd, N);  // d_resid_ = dL/d(resid_mid)
     // Attention branch: resid_mid = x_in + proj(attn(qkv(norm1(x_in)))).
     be_.zero(d_atty_);
-    be_.matmul_backward(d_atty_, g.proj_w, g.proj_b, d_resid_, a.atty, p.proj_w, N, C, C);
+    be_.matmul_backward(d_atty_, g(p.proj_w), g(p.proj_b), d_resid_, a.atty, w(p.proj_w), N, C,
+                        C);
     if (cfg_.is_llama()) {
       be_.zero(d_qkv_rope_);
       be_.attention_backward(d_qkv_rope_, d_att_scratch_, d_atty_, a.qkv_rope, a.att, B, T, C,
@@ -224,11 +211,12 @@ void Transformer::backward(int B, int T) {
       be_.attention_backward(d_qkv_, d_att_scratch_, d_atty_, a.qkv, a.att, B, T, C, NH);
     }
     be_.zero(d_norm_);
-    be_.matmul_backward(d_norm_, g.qkv_w, g.qkv_b, d_qkv_, a.norm1, p.qkv_w, N, C, 3 * C);
-    norm_backward(d_resid_, g.norm1_w, g.norm1_b, d_norm_, x_in, p.norm1_w, a.norm1_mean,
-                  a.norm1_rstd, N);  // d_resid_ = dL/d(x_in)
+    be_.matmul_backward(d_norm_, g(p.qkv_w), g(p.qkv_b), d_qkv_, a.norm1, w(p.qkv_w), N, C,
+                        3 * C);
+    norm_backward(d_resid_, g(p.norm1_w), g(p.norm1_b), d_norm_, x_in, w(p.norm1_w),
+                  a.norm1_mean, a.norm1_rstd, N);  // d_resid_ = dL/d(x_in)
   }
-  be_.embedding_backward(view(grads_, "wte"), view(grads_, "wpe"), d_resid_, tokens_, B, T, C);
+  be_.embedding_backward(g(wte_), g(wpe_), d_resid_, tokens_, B, T, C);
 }
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,

@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 #include "model/backend.h"
+#include "model/param_store.h"
 #include "model/param_table.h"
 
 namespace eco {
@@ -14,19 +15,20 @@ namespace eco {
 class Transformer {
  public:
   // Allocates everything for batches of up to max_batch sequences of up to cfg.seq_len tokens.
-  Transformer(const ModelConfig& cfg, Backend& backend, int max_batch);
+  // The treatment decides how parameters are stored (see ParamStore); fp32 by default.
+  Transformer(const ModelConfig& cfg, Backend& backend, int max_batch,
+              const Treatment& treatment = Treatment{});
 
   const ModelConfig& config() const { return cfg_; }
   const ParamTable& table() const { return table_; }
   Backend& backend() { return be_; }
-  // All parameters / gradients as one flat tensor each, laid out in table order.
-  const Tensor& params() const { return params_; }
+  ParamStore& store() { return store_; }
+  // All gradients as one flat tensor (backend dtype), laid out in table order (spec.offset).
   const Tensor& grads() const { return grads_; }
-  Tensor param(size_t i) const;  // view of table().specs[i]
   Tensor grad(size_t i) const;
 
   // GPT-2 initialisation: normal(0, spec.init_std), deterministic for a seed.
-  void init_weights(uint64_t seed);
+  void init_weights(uint64_t seed) { store_.init(seed); }
   void zero_grad();
 
   // Forward + backward on one micro-batch: returns the mean loss over B*T targets and
@@ -40,8 +42,9 @@ class Transformer {
   const Tensor& forward_logits(const int32_t* inputs, int B, int T);
 
  private:
+  // Indices into the parameter table of one block's parameters (-1: absent in this family).
   struct LayerParams {
-    Tensor norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b, fc_w, fc_b,
+    int norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b, norm2_w, norm2_b, fc_w, fc_b,
         mlp_proj_w, mlp_proj_b;
   };
   struct LayerActs {
@@ -66,14 +69,21 @@ class Transformer {
   void norm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
                      const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                      int N);
-  LayerParams layer_views(const Tensor& flat, int l) const;
-  Tensor view(const Tensor& flat, const std::string& name) const;
+  int index(const std::string& name) const;  // -1 when absent
+  Tensor w(int i) { return i < 0 ? Tensor{} : store_.compute(size_t(i)); }  // compute view
+  Tensor g(int i) const { return i < 0 ? Tensor{} : grad(size_t(i)); }
+  // A matmul whose input is cast as the treatment's forward does for quantized linears.
+  void linear_forward(const Tensor& out, const Tensor& inp, int w_idx, int b_idx, int N, int C,
+                      int OC);
 
   ModelConfig cfg_;
   Backend& be_;
   ParamTable table_;
+  ParamStore store_;
   int max_batch_;
-  Tensor params_, grads_;
+  std::vector<LayerParams> layers_;
+  int wte_, wpe_, norm_f_w_, norm_f_b_, head_;
+  Tensor grads_;
   Tensor tokens_, targets_, losses_;
   Tensor encoded_;             // (N, C) embedding output
   std::vector<LayerActs> acts_;

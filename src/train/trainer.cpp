@@ -31,13 +31,6 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
-template <class T>
-std::vector<char> download(Backend& be, const Tensor& t) {
-  std::vector<char> blob(t.bytes());
-  be.copy_to_host(blob.data(), t);
-  return blob;
-}
-
 nlohmann::json memory_json(const MemoryLedger& ledger, int64_t params, int64_t quantizable) {
   nlohmann::json mem;
   for (size_t i = 0; i < size_t(MemCategory::Count); ++i)
@@ -45,7 +38,10 @@ nlohmann::json memory_json(const MemoryLedger& ledger, int64_t params, int64_t q
   mem["total"] = ledger.total();
   mem["static"] = ledger.static_bytes();
   mem["static_bytes_per_param"] = double(ledger.static_bytes()) / double(params);
-  mem["quantized_params"] = quantizable;
+  mem["quantizable_params"] = quantizable;
+  mem["static_quantizable"] = ledger.static_bytes_quantizable();
+  mem["static_bytes_per_quantized_param"] =
+      quantizable ? double(ledger.static_bytes_quantizable()) / double(quantizable) : 0.0;
   return mem;
 }
 
@@ -54,8 +50,9 @@ nlohmann::json memory_json(const MemoryLedger& ledger, int64_t params, int64_t q
 Trainer::Trainer(const Config& cfg) : cfg_(cfg) {
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   backend_ = make_cpu_backend(DType::F32);
-  model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size);
-  opt_ = std::make_unique<AdamW>(cfg_.optim, *model_);
+  model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
+                                         treatment_from_name(cfg_.precision.treatment));
+  opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed);
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,
                    cfg_.train.seed, cfg_.data.shuffle};
@@ -142,13 +139,21 @@ void Trainer::save(int64_t step) {
   st.tokens = step * cfg_.tokens_per_step();
   st.fingerprint = model_fingerprint(cfg_);
   st.config_yaml = to_yaml(cfg_);
-  st.sections.emplace_back("params", download<char>(*backend_, model_->params()));
-  st.sections.emplace_back("adamw.m", download<char>(*backend_, opt_->m()));
-  st.sections.emplace_back("adamw.v", download<char>(*backend_, opt_->v()));
+  for (const auto& [name, t] : state()) {
+    std::vector<char> blob(t.bytes());
+    backend_->copy_to_host(blob.data(), t);
+    st.sections.emplace_back(name, std::move(blob));
+  }
   const std::string path = (fs::path(cfg_.train.out_dir) / checkpoint_name(step)).string();
   save_checkpoint(path, st);
   prune_checkpoints(cfg_.train.out_dir, cfg_.train.keep_checkpoints);
   spdlog::info("checkpoint {} written", path);
+}
+
+std::vector<std::pair<std::string, Tensor>> Trainer::state() const {
+  auto all = model_->store().state();
+  for (auto& e : opt_->state()) all.push_back(std::move(e));
+  return all;
 }
 
 int64_t Trainer::restore(const std::string& path) {
@@ -157,16 +162,17 @@ int64_t Trainer::restore(const std::string& path) {
   if (st.fingerprint != want)
     usage_error("{}: checkpoint was written by an incompatible config (checkpoint: {}; this config: {})",
                 path, st.fingerprint, want);
-  auto upload = [&](const char* name, const Tensor& t) {
+  const auto tensors = state();
+  if (st.sections.size() != tensors.size())
+    runtime_error("{}: checkpoint has {} tensors, this run has {}", path, st.sections.size(),
+                  tensors.size());
+  for (const auto& [name, t] : tensors) {
     const auto& blob = st.section(name, path);
     if (blob.size() != t.bytes())
       runtime_error("{}: section '{}' has {} bytes, expected {}", path, name, blob.size(),
                     t.bytes());
     backend_->copy_from_host(t, blob.data());
-  };
-  upload("params", model_->params());
-  upload("adamw.m", opt_->m());
-  upload("adamw.v", opt_->v());
+  }
   opt_->set_steps_taken(st.step);
   if (st.step > cfg_.total_steps())
     usage_error("{}: checkpoint is at step {}, beyond this run's {} steps", path, st.step,
@@ -321,14 +327,19 @@ int Trainer::run(const RunOptions& opts) {
 
 std::string plan_report(const Config& cfg) {
   auto be = make_planning_backend(DType::F32);
-  Transformer model(cfg.model, *be, cfg.train.batch_size);
-  AdamW opt(cfg.optim, model);
+  Transformer model(cfg.model, *be, cfg.train.batch_size,
+                    treatment_from_name(cfg.precision.treatment));
+  Optimizer opt(cfg.optim, model);
   const auto& ledger = be->ledger();
   const int64_t q = model.table().count_quantizable();
   std::string s = model.table().describe() + "\n" + ledger.table();
+  s += fmt::format("treatment {}, optimizer {} with {} state\n", cfg.precision.treatment,
+                   cfg.optim.name, cfg.optim.state_dtype);
   s += fmt::format("static bytes per parameter: {:.2f}\n",
                    double(ledger.static_bytes()) / double(model.table().total));
-  if (q > 0) s += fmt::format("quantized parameters: {} (treatment {})\n", q, cfg.precision.treatment);
+  if (q > 0)
+    s += fmt::format("static bytes per quantized parameter: {:.3f}  ({} quantized parameters)\n",
+                     double(ledger.static_bytes_quantizable()) / double(q), q);
   return s;
 }
 

@@ -11,7 +11,7 @@
 #include "data/loader.h"
 #include "model/backend.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 
 namespace eco {
 
@@ -29,19 +29,21 @@ class Trainer {
 
   // Pieces usable on their own (tests, tools).
   Transformer& model() { return *model_; }
-  AdamW& optimizer() { return *opt_; }
+  Optimizer& optimizer() { return *opt_; }
   double evaluate();  // mean val loss over eval_batches (NaN when no val data)
   std::string sample(int n_tokens, uint64_t seed);
 
  private:
   void save(int64_t step);
   int64_t restore(const std::string& path);  // returns the step to continue from
+  // Every persistent tensor of the run (parameters in their stored form, optimizer state).
+  std::vector<std::pair<std::string, Tensor>> state() const;
   std::string decode(const int32_t* tokens, size_t n) const;
 
   Config cfg_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> model_;
-  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<Optimizer> opt_;
   std::optional<DataLoader> train_data_, val_data_;
   std::optional<DecodeTable> decode_table_;
 };

@@ -9,7 +9,7 @@
 #include "core/config.h"
 #include "core/memory_ledger.h"
 #include "model/param_table.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "train/trainer.h"
 
 using eco::MemCategory;

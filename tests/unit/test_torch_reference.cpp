@@ -12,7 +12,7 @@
 #include "fixture_io.h"
 #include "model/backend.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 
 namespace {
 
@@ -118,7 +118,7 @@ struct Replica {
         throw std::runtime_error(fmt::format("{}: shape {} in the fixture, {} in ecotrain",
                                              specs[i].name, eco::shape_str(rec.shape),
                                              eco::shape_str(specs[i].shape)));
-      from_host(*be, model->param(i), rec.f);
+      from_host(*be, model->store().value(i), rec.f);
     }
   }
   std::unique_ptr<eco::Backend> be;
@@ -177,7 +177,7 @@ void expect_gradients_match(const std::string& family, DType dtype, const Tolera
 void expect_adamw_losses_match(const std::string& family, DType dtype, const Tolerances& tol) {
   const Reference ref(family);
   Replica r(ref, dtype);
-  eco::AdamW opt(ref.optim, *r.model);
+  eco::Optimizer opt(ref.optim, *r.model);
   const std::vector<double>& want_loss = ref.fx.floats("adamw.loss");
   const std::vector<double>& want_norm = ref.fx.floats("adamw.grad_norm");
   ASSERT_EQ(want_loss.size(), size_t(ref.steps));

@@ -1,0 +1,240 @@
+// Update rules for weights that live only in quantized form (ECO.md): the AdamW and SGDM element
+// math, and the fused update of one scale group under the master / naive / ECO policies. Shared
+// by the CPU reference and the CUDA kernels; theta (the unquantized update) never leaves registers.
+//
+// Quantizer interface: any type Q with these const members (qformat.h's formats, the tests' grids).
+//   ECO_HD float   scale_for(float absmax) const;                      // the group's new scale:
+//                                                                      //   absmax / rho, 0 if absmax == 0
+//                                                                      //   (a fixed grid may ignore absmax)
+//   ECO_HD uint8_t encode(float x, float scale, int64_t elem) const;  // RTN or SR; elem = the element's
+//                                                                      //   linear index in the tensor, the
+//                                                                      //   SR stream's counter (Q carries
+//                                                                      //   seed, step and tensor id);
+//                                                                      //   saturates at +-rho; scale 0 -> 0
+//   ECO_HD float   decode(uint8_t code, float scale) const;
+//   ECO_HD uint8_t load(const uint8_t* codes, int64_t i) const;        // packing is Q's business
+//   ECO_HD void    store(uint8_t* codes, int64_t i, uint8_t c) const;  //   (INT4: two codes per byte)
+//
+// Layout: a quantized tensor is a row-major (rows, cols) matrix (leading dimension ld) whose
+// codes, gradient, moments and master weight are all indexed by the same linear index
+// i = row * ld + col. One fp32 scale per group; the groups are rows, the whole tensor, or
+// 128x128 tiles (Granularity below).
+//
+// Bit-identical backends need identical rounding of every operation: build the CUDA side with
+// --fmad=false and the CPU side with -ffp-contract=off (g++ contracts to FMA under gnu++20 with
+// -march=native). Checked on an H200: with both, CPU and GPU write the same bits for every
+// rule x policy x state type; with nvcc's default fmad, 25-90% of m, v and master differ by ulps.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/common/adamw.h"
+#include "kernels/common/bf16.h"
+#include "kernels/common/hd.h"
+#include "kernels/common/scale_groups.h"
+
+namespace eco {
+
+// Master: an fp32 master weight takes the plain AdamW/SGDM step; codes + scale are re-derived
+//         from it for the forward. Naive: theta is computed from dequant(W_q) and requantized;
+//         the error is dropped. Eco: as Naive, and the error is injected into the momentum.
+enum class UpdatePolicy : uint8_t { Master, Naive, Eco };
+
+// SGD with momentum in EMA form: m = beta*m + (1-beta)*g, theta = w*(1 - lr*wd) - lr*m.
+struct SgdmCoeffs {
+  float lr, beta, weight_decay, grad_scale;
+};
+
+// ---- element math (T = float in the kernels, double in the method tests) --------------------
+
+ECO_HD float eco_sqrt(float x) { return sqrtf(x); }
+ECO_HD double eco_sqrt(double x) { return sqrt(x); }
+
+template <class T>
+ECO_HD void adamw_moments(T grad, T& m, T& v, const AdamWCoeffs& c) {
+  const T g = grad * T(c.grad_scale);
+  m = T(c.beta1) * m + (T(1) - T(c.beta1)) * g;
+  v = T(c.beta2) * v + (T(1) - T(c.beta2)) * g * g;
+}
+
+// d = sqrt(v/bc2) + eps: the AdamW step's denominator, shared by theta and the injection.
+template <class T>
+ECO_HD T adamw_denom(T v, const AdamWCoeffs& c) {
+  return eco_sqrt(v / T(c.bc2)) + T(c.eps);
+}
+
+// theta = w*(1 - lr*wd) - lr*(m/bc1)/d, with m, v already updated.
+template <class T>
+ECO_HD T adamw_theta(T w, T m, T d, const AdamWCoeffs& c) {
+  return w * (T(1) - T(c.lr) * T(c.weight_decay)) - T(c.lr) * (m / T(c.bc1)) / d;
+}
+
+// ECO: m + (bc1/lr)*(1 - 1/b1)*d*e, e = theta - dequant(W_q'). (1 - 1/b1) is evaluated as
+// (b1 - 1)/b1, which is exact in the subtraction. No injection when lr == 0 (nothing to pay
+// back, and the coefficient is infinite) or b1 == 0 (no momentum to carry it).
+template <class T>
+ECO_HD T adamw_inject(T m, T d, T e, const AdamWCoeffs& c) {
+  if (c.lr == 0.0f || c.beta1 == 0.0f) return m;
+  return m + (T(c.bc1) / T(c.lr)) * ((T(c.beta1) - T(1)) / T(c.beta1)) * d * e;
+}
+
+template <class T>
+ECO_HD void sgdm_moment(T grad, T& m, const SgdmCoeffs& c) {
+  const T g = grad * T(c.grad_scale);
+  m = T(c.beta) * m + (T(1) - T(c.beta)) * g;
+}
+
+template <class T>
+ECO_HD T sgdm_theta(T w, T m, const SgdmCoeffs& c) {
+  return w * (T(1) - T(c.lr) * T(c.weight_decay)) - T(c.lr) * m;
+}
+
+// ECO: m + (1/lr)*(1 - 1/b)*e; skipped when lr == 0 or beta == 0, as for AdamW.
+template <class T>
+ECO_HD T sgdm_inject(T m, T e, const SgdmCoeffs& c) {
+  if (c.lr == 0.0f || c.beta == 0.0f) return m;
+  return m + ((T(c.beta) - T(1)) / T(c.beta)) / T(c.lr) * e;
+}
+
+// The two rules in the shape the group update wants: moments in place, theta from (w, m, v),
+// the injected momentum. SgdmRule ignores v.
+struct AdamWRule {
+  AdamWCoeffs c;
+  static constexpr bool kHasV = true;
+  ECO_HD void moments(float grad, float& m, float& v) const { adamw_moments(grad, m, v, c); }
+  ECO_HD float theta(float w, float m, float v) const { return adamw_theta(w, m, adamw_denom(v, c), c); }
+  ECO_HD float inject(float m, float v, float e) const { return adamw_inject(m, adamw_denom(v, c), e, c); }
+};
+
+struct SgdmRule {
+  SgdmCoeffs c;
+  static constexpr bool kHasV = false;
+  ECO_HD void moments(float grad, float& m, float&) const { sgdm_moment(grad, m, c); }
+  ECO_HD float theta(float w, float m, float) const { return sgdm_theta(w, m, c); }
+  ECO_HD float inject(float m, float, float e) const { return sgdm_inject(m, e, c); }
+};
+
+// ---- storage types: fp32, or bf16 as raw uint16_t bits (round-to-nearest-even) ---------------
+
+template <class S>
+ECO_HD float to_f32(S x) {
+  static_assert(std::is_same_v<S, float> || std::is_same_v<S, uint16_t>, "state is float or bf16 bits");
+  if constexpr (std::is_same_v<S, float>) return x;
+  else return bf16_to_float(x);
+}
+
+template <class S>
+ECO_HD S from_f32(float x) {
+  static_assert(std::is_same_v<S, float> || std::is_same_v<S, uint16_t>, "state is float or bf16 bits");
+  if constexpr (std::is_same_v<S, float>) return x;
+  else return float_to_bf16(x);
+}
+
+// ---- the fused group update ------------------------------------------------------------------
+
+// One quantized tensor's buffers, all indexed by the element's linear index i.
+template <class S, class G = float>
+struct QuantizedUpdateBuffers {
+  uint8_t* codes;  // W_q's codes
+  float* master;   // Master policy: the fp32 master weight; never touched otherwise (may be null)
+  const G* grad;   // dL/dW at dequant(W_q): float or bf16 bits
+  S* m;            // first moment (AdamW) / momentum (SGDM): float or bf16 bits
+  S* v;            // AdamW second moment; null for SGDM
+};
+
+// The group is updated in two passes over its elements, so that theta never lives in memory:
+//   pass 1: update m (and v), store them (rounded to S), compute theta from the *stored* values
+//           and the old weight, track absmax |theta|;      new scale = Q::scale_for(absmax);
+//   pass 2: recompute theta from the stored moments and the old weight, quantize with the new
+//           scale, write the code, and (Eco) inject e = theta - dequant(code) into m.
+// Invariants:
+//   - theta is a pure function of (old code, old scale, stored m, stored v, the step's
+//     coefficients), all unchanged between the passes, so pass 2's theta is bit-identical to
+//     pass 1's and |theta| <= absmax in pass 2. (Should a compiler contract the two copies of the
+//     expression differently, absmax could be off by an ulp; Q's saturation absorbs that.)
+//   - Each element's code is read before it is overwritten; the old scale is held aside, so
+//     the group's scale may be written only after every pass-2 read (the CUDA kernel: read the
+//     old scale into a register, block-reduce absmax, sync, pass 2, then write).
+//   - m and v see exactly one moment update per step; the injection changes m only (never v),
+//     only under Eco, and not when lr == 0.
+//   - Master: master[i] <- theta (the plain optimizer step); the codes and the scale are a pure
+//     function of the new master weight; m and v are those of plain AdamW/SGDM.
+//   - Nothing but codes, the group's scale, m, v (and master under Master) is written.
+template <class Rule, class Q, class S, class G>
+ECO_HD float quantized_update_pass1(const Rule& rule, const Q& q, UpdatePolicy policy,
+                                    const QuantizedUpdateBuffers<S, G>& b, int64_t i, float old_scale) {
+  float m = to_f32(b.m[i]);
+  float v = 0.0f;
+  if constexpr (Rule::kHasV) v = to_f32(b.v[i]);
+  rule.moments(to_f32(b.grad[i]), m, v);
+  const S m_stored = from_f32<S>(m);
+  b.m[i] = m_stored;
+  m = to_f32(m_stored);
+  if constexpr (Rule::kHasV) {
+    const S v_stored = from_f32<S>(v);
+    b.v[i] = v_stored;
+    v = to_f32(v_stored);
+  }
+  if (policy == UpdatePolicy::Master) {
+    const float theta = rule.theta(b.master[i], m, v);
+    b.master[i] = theta;
+    return theta;
+  }
+  return rule.theta(q.decode(q.load(b.codes, i), old_scale), m, v);
+}
+
+template <class Rule, class Q, class S, class G>
+ECO_HD void quantized_update_pass2(const Rule& rule, const Q& q, UpdatePolicy policy,
+                                   const QuantizedUpdateBuffers<S, G>& b, int64_t i, float old_scale,
+                                   float new_scale) {
+  if (policy == UpdatePolicy::Master) {
+    q.store(b.codes, i, q.encode(b.master[i], new_scale, i));
+    return;
+  }
+  const float m = to_f32(b.m[i]);
+  float v = 0.0f;
+  if constexpr (Rule::kHasV) v = to_f32(b.v[i]);
+  const float theta = rule.theta(q.decode(q.load(b.codes, i), old_scale), m, v);
+  const uint8_t code = q.encode(theta, new_scale, i);
+  q.store(b.codes, i, code);
+  if (policy == UpdatePolicy::Eco) {
+    const float e = theta - q.decode(code, new_scale);
+    b.m[i] = from_f32<S>(rule.inject(m, v, e));
+  }
+}
+
+// Updates one scale group: its codes, *scale, and m, v (master under Master) at its elements.
+template <class Rule, class Q, class S, class G>
+ECO_HD void quantized_update_group(const Rule& rule, const Q& q, UpdatePolicy policy,
+                                   const QuantizedUpdateBuffers<S, G>& b, const GroupSpan& span,
+                                   float* scale) {
+  const float old_scale = *scale;
+  float absmax = 0.0f;
+  for (int64_t r = 0; r < span.rows; ++r)
+    for (int64_t c = 0; c < span.cols; ++c)
+      absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, span.index(r, c), old_scale)));
+  const float new_scale = q.scale_for(absmax);
+  for (int64_t r = 0; r < span.rows; ++r)
+    for (int64_t c = 0; c < span.cols; ++c)
+      quantized_update_pass2(rule, q, policy, b, span.index(r, c), old_scale, new_scale);
+  *scale = new_scale;
+}
+
+// ECO.md's AdamW on one scale group (b.v required).
+template <class Q, class S, class G>
+ECO_HD void eco_adamw_update_group(const Q& q, UpdatePolicy policy, const AdamWCoeffs& c,
+                                   const QuantizedUpdateBuffers<S, G>& b, const GroupSpan& span,
+                                   float* scale) {
+  quantized_update_group(AdamWRule{c}, q, policy, b, span, scale);
+}
+
+// ECO.md's SGDM on one scale group (b.v unused).
+template <class Q, class S, class G>
+ECO_HD void eco_sgdm_update_group(const Q& q, UpdatePolicy policy, const SgdmCoeffs& c,
+                                  const QuantizedUpdateBuffers<S, G>& b, const GroupSpan& span,
+                                  float* scale) {
+  quantized_update_group(SgdmRule{c}, q, policy, b, span, scale);
+}
+
+}  // namespace eco

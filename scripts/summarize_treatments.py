@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Summarise a treatments sweep: runs/<name>/<treatment>/ -> results/<name>/.
+
+Writes summary.csv and summary.md (final val loss, delta to bf16-mw, static bytes per quantized
+parameter, tokens/s, diverged), loss_curves.png (val loss of every treatment), memory_vs_loss.png
+(the paper's Figure 1: static memory per quantized parameter vs final val loss) and
+gap_to_bf16.png (val loss minus bf16-mw's at the same step, over training).
+
+    python3 scripts/summarize_treatments.py runs/NAME --out results/NAME
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ORDER = ["fp32", "bf16-mw", "fp8-mw-rtn", "fp8-mw-sr", "fp8-naive-rtn", "fp8-naive-sr",
+         "fp8-eco-rtn", "fp8-eco-sr", "int4-mw-rtn", "int4-mw-sr", "int4-naive-rtn",
+         "int4-naive-sr", "int4-eco-rtn", "int4-eco-sr"]
+
+
+def load(run_dir):
+    s = json.load(open(os.path.join(run_dir, "summary.json")))
+    val, train = [], []
+    for line in open(os.path.join(run_dir, "metrics.jsonl")):
+        r = json.loads(line)
+        if "val_loss" in r:
+            val.append((r["step"], r["val_loss"]))
+        if "train_loss" in r:
+            train.append((r["step"], r["train_loss"]))
+    return s, val, train
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("runs")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    found = [t for t in os.listdir(args.runs)
+             if os.path.exists(os.path.join(args.runs, t, "summary.json"))]
+    found.sort(key=lambda t: (ORDER.index(t) if t in ORDER else 99, t))
+    data = {t: load(os.path.join(args.runs, t)) for t in found}
+    base = data.get("bf16-mw")
+    base_loss = base[0].get("final_val_loss") if base else None
+    base_val = dict(base[1]) if base else {}
+
+    rows = []
+    for t in found:
+        s, val, _ = data[t]
+        loss = s.get("final_val_loss")
+        mem = s.get("memory", {})
+        rows.append({
+            "treatment": t,
+            "final_val_loss": loss,
+            "delta_vs_bf16_mw": (loss - base_loss) if (loss is not None and base_loss is not None) else None,
+            "static_bytes_per_quantized_param": mem.get("static_bytes_per_quantized_param"),
+            "tokens_per_s": s.get("tokens_per_s"),
+            "steps": s.get("steps"),
+            "diverged": bool(s.get("diverged")),
+        })
+    with open(os.path.join(args.out, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+
+    def fmt(v, spec):
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+    md = ["| treatment | final val loss | vs bf16-mw | static B / quantized param | tokens/s | steps | diverged |",
+          "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['treatment']} | {fmt(r['final_val_loss'], '.4f')} | {fmt(r['delta_vs_bf16_mw'], '+.4f')} | "
+                  f"{fmt(r['static_bytes_per_quantized_param'], '.2f')} | {fmt(r['tokens_per_s'], '.0f')} | "
+                  f"{r['steps']} | {'yes' if r['diverged'] else 'no'} |")
+    open(os.path.join(args.out, "summary.md"), "w").write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for t in found:
+        val = data[t][1]
+        if val:
+            ax.plot(*zip(*val), marker="o", ms=2, lw=1.2, label=t)
+    ax.set_xlabel("step"); ax.set_ylabel("val loss (nats/token)"); ax.grid(alpha=0.3)
+    finals = [r["final_val_loss"] for r in rows if r["final_val_loss"] is not None and not r["diverged"]]
+    if finals:
+        lo = min(finals)
+        ax.set_ylim(lo - 0.05, lo + 1.0)
+    ax.legend(fontsize=7, ncol=2); ax.set_title(os.path.basename(os.path.normpath(args.runs)) + ": val loss")
+    fig.tight_layout(); fig.savefig(os.path.join(args.out, "loss_curves.png"), dpi=120); plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for r in rows:
+        if r["final_val_loss"] is None or r["static_bytes_per_quantized_param"] is None:
+            continue
+        ax.scatter(r["static_bytes_per_quantized_param"], r["final_val_loss"], s=25)
+        ax.annotate(r["treatment"], (r["static_bytes_per_quantized_param"], r["final_val_loss"]),
+                    fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("static bytes per quantized parameter"); ax.set_ylabel("final val loss")
+    ax.set_title("memory vs quality"); ax.grid(alpha=0.3)
+    fig.tight_layout(); fig.savefig(os.path.join(args.out, "memory_vs_loss.png"), dpi=120); plt.close(fig)
+
+    if base_val:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for t in found:
+            if t == "bf16-mw":
+                continue
+            pts = [(s, v - base_val[s]) for s, v in data[t][1] if s in base_val]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=2, lw=1.2, label=t)
+        ax.axhline(0, c="gray", lw=1)
+        ax.set_xlabel("step"); ax.set_ylabel("val loss - bf16-mw val loss"); ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2); ax.set_title("gap to bf16-mw over training")
+        fig.tight_layout(); fig.savefig(os.path.join(args.out, "gap_to_bf16.png"), dpi=120); plt.close(fig)
+    for t in found:  # keep the raw curves beside the table
+        shutil.copy(os.path.join(args.runs, t, "metrics.jsonl"), os.path.join(args.out, f"{t}.metrics.jsonl"))
+    print(f"summarize_treatments: wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

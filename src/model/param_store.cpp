@@ -1,0 +1,122 @@
+// ParamStore: per-parameter storage under a treatment, compute views, init and state listing.
+#include "model/param_store.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace eco {
+
+ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Backend& be)
+    : table_(table), treatment_(treatment), be_(be), value_(table.specs.size()),
+      qt_(table.specs.size()) {
+  const bool quantizing = treatment_.quantized || treatment_.bf16_weights;
+  if (quantizing && be_.dtype() != DType::F32)
+    usage_error("precision.treatment '{}' runs in fp32 on this backend, not {}", treatment_.name,
+                dtype_name(be_.dtype()));
+  int64_t largest = 0;
+  for (size_t i = 0; i < table.specs.size(); ++i) {
+    const ParamSpec& s = table.specs[i];
+    const bool q = treatment_.quantized && s.quantizable;
+    if (q) {
+      QTensor t;
+      t.format = treatment_.format;
+      t.granularity = treatment_.granularity;
+      t.rows = s.shape[0];
+      t.cols = s.shape[1];
+      t.codes = be_.alloc(s.name + ".codes", {code_bytes(t.format, t.rows * t.cols)}, DType::U8,
+                          MemCategory::QuantCodes, true);
+      t.scales = be_.alloc(s.name + ".scales",
+                           {num_scales(t.granularity, t.rows, t.cols)}, DType::F32,
+                           MemCategory::Scales, true);
+      qt_[i] = t;
+    }
+    if (!q || treatment_.master) {
+      // The trainable copy: a master when the forward uses another representation.
+      const bool is_master = s.quantizable && (treatment_.master || treatment_.bf16_weights);
+      value_[i] = be_.alloc(s.name + (is_master ? ".master" : ""), s.shape, be_.dtype(),
+                            is_master ? MemCategory::Master : MemCategory::Weights,
+                            s.quantizable);
+    }
+    if (s.quantizable && quantizing) largest = std::max(largest, s.numel());
+  }
+  if (largest > 0)
+    scratch_ = be_.alloc("dequantized_weight_scratch", {largest}, DType::F32,
+                         MemCategory::Workspace);
+}
+
+Tensor ParamStore::compute(size_t i) {
+  const ParamSpec& s = table_.specs[i];
+  if (quantized(i)) {
+    const Tensor out = scratch_.slice(0, s.shape);
+    be_.dequantize(out, *qt_[i]);
+    return out;
+  }
+  if (treatment_.bf16_weights && s.quantizable) {
+    const Tensor out = scratch_.slice(0, s.shape);
+    be_.round_to_bf16(out, value_[i], s.numel());
+    return out;
+  }
+  return value_[i];
+}
+
+void ParamStore::init(uint64_t seed) {
+  for (size_t i = 0; i < table_.specs.size(); ++i) {
+    const auto& s = table_.specs[i];
+    // One stream per parameter, so adding a parameter does not shift the others' values.
+    Rng rng(seed * 0x100000001B3ull + i);
+    std::vector<double> host(size_t(s.numel()));
+    for (auto& h : host) h = s.init_std > 0 ? s.init_std * rng.normal() : s.init_value;
+    if (be_.dtype() == DType::F64 && !quantized(i)) {
+      set(i, host.data());
+    } else {
+      std::vector<float> f(host.begin(), host.end());
+      set(i, f.data());
+    }
+  }
+}
+
+void ParamStore::set(size_t i, const void* host) {
+  if (!value_[i].empty()) be_.copy_from_host(value_[i], host);
+  if (quantized(i)) {
+    if (!value_[i].empty()) {
+      be_.quantize(*qt_[i], value_[i], Rounding::RTN, 0, 0, uint32_t(i));
+    } else {
+      // No master: quantize the host values through the scratch.
+      const Tensor tmp = scratch_.slice(0, table_.specs[i].shape);
+      be_.copy_from_host(tmp, host);
+      be_.quantize(*qt_[i], tmp, Rounding::RTN, 0, 0, uint32_t(i));
+    }
+  }
+}
+
+void ParamStore::get(size_t i, void* host) {
+  if (quantized(i) && value_[i].empty()) {
+    const Tensor tmp = compute(i);
+    be_.copy_to_host(host, tmp);
+  } else {
+    be_.copy_to_host(host, value_[i]);
+  }
+}
+
+void ParamStore::requantize_from_master(size_t i, uint64_t seed, uint64_t step) {
+  ECO_ASSERT(quantized(i) && !value_[i].empty(), "parameter {} has no master copy",
+             table_.specs[i].name);
+  be_.quantize(*qt_[i], value_[i], treatment_.rounding, seed, step, uint32_t(i));
+}
+
+std::vector<std::pair<std::string, Tensor>> ParamStore::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < table_.specs.size(); ++i) {
+    const auto& name = table_.specs[i].name;
+    if (!value_[i].empty()) out.emplace_back(name, value_[i]);
+    if (qt_[i]) {
+      out.emplace_back(name + ".codes", qt_[i]->codes);
+      out.emplace_back(name + ".scales", qt_[i]->scales);
+    }
+  }
+  return out;
+}
+
+}  // namespace eco

@@ -1,0 +1,59 @@
+// ParamStore: where each parameter lives under the run's treatment. Plain parameters (and
+// every parameter under fp32) are one tensor in the backend dtype; block linears under a
+// quantized treatment are a QTensor (codes + scales), plus a fp32 master under *-mw-*. The
+// forward and backward ask for a compute view; nothing else knows how a weight is stored.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/backend.h"
+#include "model/param_table.h"
+#include "quant/treatment.h"
+
+namespace eco {
+
+class ParamStore {
+ public:
+  ParamStore(const ParamTable& table, const Treatment& treatment, Backend& backend);
+
+  const ParamTable& table() const { return table_; }
+  const Treatment& treatment() const { return treatment_; }
+  size_t size() const { return table_.specs.size(); }
+  // Stored as codes + scales (a block linear under a quantized treatment).
+  bool quantized(size_t i) const { return qt_[i].has_value(); }
+  // The trainable high-precision tensor: the parameter itself, or the master copy of a
+  // quantized one (mw treatments). Empty for quantized parameters without a master.
+  const Tensor& value(size_t i) const { return value_[i]; }
+  QTensor& qtensor(size_t i) { return *qt_[i]; }
+
+  // The value the forward and backward use now: the parameter itself, or (quantized / bf16
+  // weights) a dequantized copy in a shared scratch that is valid until the next compute() call.
+  Tensor compute(size_t i);
+
+  // GPT-2 initialisation (normal(0, init_std) or constants), then quantization (RTN) where stored
+  // quantized. Deterministic for a seed.
+  void init(uint64_t seed);
+  // Set / read parameter i from host values in the backend dtype (for quantized parameters:
+  // float values, quantized RTN on set; dequantized on get).
+  void set(size_t i, const void* host);
+  void get(size_t i, void* host);
+  // Re-derive the forward codes of a quantized parameter from its master copy (mw treatments),
+  // with the treatment's rounding; SR draws are keyed by (seed, step, tensor i, element).
+  void requantize_from_master(size_t i, uint64_t seed, uint64_t step);
+
+  // Every persistent tensor, named, for checkpoints.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+
+ private:
+  const ParamTable& table_;
+  Treatment treatment_;
+  Backend& be_;
+  std::vector<Tensor> value_;
+  std::vector<std::optional<QTensor>> qt_;
+  Tensor scratch_;  // fp32, the largest block linear
+};
+
+}  // namespace eco

@@ -1,0 +1,43 @@
+// The optimizer: AdamW or SGD with momentum (EMA form) over the model's parameters, with the
+// treatment's update policy for quantized block linears (master weights, naive requantization,
+// or ECO's error injection into the momentum). Global-norm clipping is fused into the update.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+#include "model/transformer.h"
+
+namespace eco {
+
+class Optimizer {
+ public:
+  // Allocates the moments (m, and v for AdamW): backend dtype for plain parameters, and
+  // cfg.state_dtype (fp32 or bf16) for quantized ones. `seed` keys the SR random streams.
+  Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed = 0);
+
+  // The L2 norm of all gradients (computed in double).
+  double grad_norm();
+  // One update with learning rate `lr`, clipping to cfg.grad_clip given the gradient norm.
+  void step(double lr, double grad_norm);
+  int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }  // resume
+  // Every persistent tensor (moments), named, for checkpoints.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+
+ private:
+  OptimConfig cfg_;
+  Transformer& model_;
+  uint64_t seed_;
+  bool adamw_;
+  std::vector<Tensor> m_, v_;
+  int64_t t_ = 0;
+};
+
+// Learning rate at `step` (0-based): linear warmup to lr over `warmup` steps, then cosine or
+// linear decay to final_lr_frac * lr at `total` steps (constant: no decay).
+double lr_at(const OptimConfig& cfg, int64_t step, int64_t warmup, int64_t total);
+
+}  // namespace eco
