@@ -1,0 +1,64 @@
+// Helpers for the GPU tests: skip visibly without a GPU, move data between host and device,
+// poison outputs, compare against the CPU twin with a relative-norm tolerance (NaN never passes).
+#pragma once
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/cuda/device_buffer.h"
+
+namespace eco::gputest {
+
+inline bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// Skips the test with a visible message when no GPU is present.
+#define ECO_REQUIRE_GPU()                                                   \
+  do {                                                                      \
+    if (!::eco::gputest::have_gpu()) GTEST_SKIP() << "no CUDA GPU: skipped"; \
+  } while (0)
+
+template <class T>
+cuda::DeviceBuffer to_device(const std::vector<T>& h) {
+  cuda::DeviceBuffer d(h.size() * sizeof(T));
+  if (!h.empty()) ECO_CHECK_CUDA(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <class T>
+std::vector<T> to_host(const cuda::DeviceBuffer& d, size_t n) {
+  std::vector<T> h(n);
+  if (n) ECO_CHECK_CUDA(cudaMemcpy(h.data(), d.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Fill a device buffer with a NaN pattern (0xFF bytes), so unwritten outputs cannot pass.
+inline void poison(const cuda::DeviceBuffer& d) { ECO_CHECK_CUDA(cudaMemset(d.get(), 0xFF, d.bytes())); }
+
+// Fresh random normals (scale `std`) from a seed.
+inline std::vector<float> randn(size_t n, uint64_t seed, float std = 1.0f) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(std * r.normal());
+  return v;
+}
+
+// ||a - b|| / ||b||; NaN/inf anywhere in a gives +inf.
+inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+
+}  // namespace eco::gputest
