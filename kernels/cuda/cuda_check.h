@@ -23,8 +23,8 @@ namespace eco::cuda {
   do {                                                                                     \
     const cublasStatus_t eco_st_ = (call);                                                 \
     if (eco_st_ != CUBLAS_STATUS_SUCCESS)                                                  \
-      ::eco::cuda::fail(__FILE__, __LINE__, #call, cublasGetStatusName(eco_st_),           \
-                        cublasGetStatusString(eco_st_), (context));                        \
+      ::eco::cuda::fail(__FILE__, __LINE__, #call, cublasLtGetStatusName(eco_st_),           \
+                        cublasLtGetStatusString(eco_st_), (context));                        \
   } while (0)
 
 // After a kernel launch: the launch error, if any.

@@ -1,6 +1,8 @@
-// First CUDA kernels: element-wise GELU / SwiGLU and the AdamW update, built from the same
-// kernels/common functions the CPU backend uses (so both backends compute identical math).
-// Launch assumptions: 1-D grids of 256 threads, any n (tail handled), fp32 buffers.
+// Element-wise kernels, built from the same kernels/common functions the CPU backend uses (so
+// both backends compute identical math). Launch assumptions: 1-D grids of 256 threads, any n
+// (tail handled); n >= 0 and non-null buffers when n > 0 (checked). bf16 kernels go through
+// map_bf16 (elementwise.cuh): 8 elements per thread, 16-byte accesses when aligned.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,25 +14,17 @@
 namespace eco::cuda {
 namespace {
 
+using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
+
+__global__ void scale_inplace_kernel(float* x, float s, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
 
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = gelu_tanh(inp[i]);
-}
-
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dinp[i] += gelu_tanh_grad(inp[i]) * dout[i];
-}
-
-// inp (N, 2H) = [gate | up] per row -> out (N, H)
-__global__ void swiglu_forward_kernel(float* out, const float* inp, int N, int H) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(N) * H) return;
-  const int64_t row = i / H, col = i % H;
-  const float gate = inp[row * 2 * H + col], up = inp[row * 2 * H + H + col];
-  out[i] = silu(gate) * up;
 }
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
@@ -44,33 +38,44 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
   }
 }
 
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
 unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
+
+// The common checks of every launcher here: n >= 0, and non-null buffers when there is work.
+template <class... P>
+cudaError_t check(int64_t n, const P*... bufs) {
+  if (n < 0 || (n > 0 && ((bufs == nullptr) || ...))) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
 
 }  // namespace
 
+cudaError_t residual_forward(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t s) {
+  return map_bf16<2>(out, a, b, nullptr, n, Add{}, s);
+}
+
+cudaError_t accumulate(bf16* dst, const bf16* src, int64_t n, cudaStream_t s) {
+  return map_bf16<2>(dst, dst, src, nullptr, n, Add{}, s);  // dst = dst + src
+}
+
+cudaError_t scale_inplace(float* x, float scale, int64_t n, cudaStream_t s) {
+  if (const cudaError_t e = check(n, x); e != cudaSuccess || n == 0) return e;
+  scale_inplace_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, scale, n);
+  return cudaGetLastError();
+}
+
 cudaError_t gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
+  if (const cudaError_t e = check(n, out, inp); e != cudaSuccess || n == 0) return e;
   gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, n);
-  return cudaGetLastError();
-}
-
-cudaError_t gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n,
-                          cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
-  return cudaGetLastError();
-}
-
-cudaError_t swiglu_forward(float* out, const float* inp, int N, int H, cudaStream_t s) {
-  const int64_t n = int64_t(N) * H;
-  if (n == 0) return cudaSuccess;
-  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, N, H);
   return cudaGetLastError();
 }
 
 cudaError_t adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
                          const AdamWCoeffs& c, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
+  if (const cudaError_t e = check(n, param, grad, m, v); e != cudaSuccess || n == 0) return e;
   adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(param, grad, m, v, n, c);
   return cudaGetLastError();
 }

@@ -17,8 +17,9 @@ using gputest::to_device;
 using gputest::to_host;
 
 // fp32 element-wise math on both sides from the same kernels/common function, no FMA
-// contraction: the results must be bit-identical (tolerance 0), at ragged sizes.
-TEST(GpuElementwise, GeluForwardIsBitIdenticalToCpu) {
+// contraction. CUDA's tanhf and the host libm's tanh may differ by an ulp (measured on an H200:
+// 1 ulp at some inputs), so the tolerance is 4 ulps relative (~5e-7), at ragged sizes.
+TEST(GpuElementwise, GeluForwardMatchesCpuWithinUlps) {
   ECO_REQUIRE_GPU();
   for (int64_t n : {1, 255, 257, 100003}) {
     const auto x = randn(size_t(n), 11 + n, 3.0f);
@@ -28,7 +29,10 @@ TEST(GpuElementwise, GeluForwardIsBitIdenticalToCpu) {
     ECO_CHECK_CUDA(cuda::gelu_forward(dy.get<float>(), dx.get<float>(), n));
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
     const auto y = to_host<float>(dy, x.size());
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], gelu_tanh(x[i])) << "n " << n << " i " << i;
+    for (int64_t i = 0; i < n; ++i) {
+      const float ref = gelu_tanh(x[i]);
+      ASSERT_NEAR(y[i], ref, 4.8e-7f * std::fabs(ref) + 1e-30f) << "n " << n << " i " << i;
+    }
   }
 }
 

@@ -1,0 +1,33 @@
+// LayerNorm and RMSNorm on the GPU: bf16 activations, fp32 gains/biases and saved statistics,
+// fp32 deterministic parameter gradients. Contracts as eco::cpu::*norm_* (kernels/cpu/kernels.h).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace eco::cuda {
+
+// fp32 scratch the backward needs for its per-chunk parameter-gradient partials (2 arrays of at
+// most kNormRowChunks x C); allocate once for the largest C.
+constexpr int kNormRowChunks = 128;
+inline size_t norm_backward_scratch_floats(int C) { return size_t(2) * kNormRowChunks * C; }
+
+// out (N, C) bf16; mean, rstd (N) fp32 saved for backward; bias may be null.
+cudaError_t layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd,
+                              const __nv_bfloat16* inp, const float* weight, const float* bias,
+                              int N, int C, float eps, cudaStream_t s = nullptr);
+// dinp (N, C) bf16 +=; dweight, dbias (C) fp32 += (dbias may be null). scratch: see above.
+cudaError_t layernorm_backward(__nv_bfloat16* dinp, float* dweight, float* dbias,
+                               const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                               const float* weight, const float* mean, const float* rstd, int N,
+                               int C, float* scratch, cudaStream_t s = nullptr);
+// out = inp * rstd * weight, rstd (N) = 1/sqrt(mean(inp^2) + eps) saved.
+cudaError_t rmsnorm_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* inp,
+                            const float* weight, int N, int C, float eps, cudaStream_t s = nullptr);
+// dinp (N, C) bf16 +=; dweight (C) fp32 +=. scratch: see above.
+cudaError_t rmsnorm_backward(__nv_bfloat16* dinp, float* dweight, const __nv_bfloat16* dout,
+                             const __nv_bfloat16* inp, const float* weight, const float* rstd,
+                             int N, int C, float* scratch, cudaStream_t s = nullptr);
+
+}  // namespace eco::cuda

@@ -1,0 +1,67 @@
+// Host entry points of the optimizer-update kernels (see optimizer_update.cu): the fused update
+// of a weight that lives only as codes + scales (ECO.md, kernels/common/eco_update.h), and the
+// plain fp32 AdamW / SGDM steps of unquantized parameters.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/adamw.h"
+#include "kernels/common/eco_update.h"
+#include "kernels/common/format_quantizer.h"
+#include "kernels/common/scale_groups.h"
+
+namespace eco::cuda {
+
+// ---- the fused quantized update ------------------------------------------------------------
+// One quantized (rows, cols) row-major weight: codes (code_bytes(q.format, rows * cols) bytes,
+// INT4 two per byte), scales (scale_group_count(granularity, rows, cols) fp32), and grad, m, v,
+// master indexed like the codes (element i = row * cols + col). State S: float or bf16 bits.
+//
+// Bit-identical to the CPU driver (src/optim/quantized_update.h, quantized_update_matrix) on the
+// same inputs: codes, scales, m, v and master, for every rule x policy x rounding x state type.
+// Both run kernels/common/eco_update.h's quantized_update_pass1/pass2 per element with the same
+// FormatQuantizer (SR draws philox_bits(q.seed, q.step, q.tensor_id, i)); the build's
+// --fmad=false / -ffp-contract=off make every operation round alike.
+//
+// Launch assumptions, checked here (cudaErrorInvalidValue otherwise):
+//   rows >= 0, 1 <= cols, rows < 2^31, cols < 2^31; codes, grad, m, scales non-null when
+//   rows > 0; v non-null for AdamW; master non-null under UpdatePolicy::Master;
+//   INT4 with PerRow or Block128 groups: cols even (a code byte never spans two groups);
+//   PerTensor: scratch holds quantized_update_scratch_floats(...) floats (else may be null).
+// Any alignment. The stream sees 1 kernel (PerRow, Block128) or 3 (PerTensor).
+int64_t quantized_update_scratch_floats(int64_t rows, int64_t cols, QFormat format,
+                                        Granularity granularity);
+
+cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
+                                   UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
+                                   float* scales, int64_t rows, int64_t cols,
+                                   Granularity granularity, float* scratch,
+                                   cudaStream_t s = nullptr);
+cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
+                                   UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
+                                   float* scales, int64_t rows, int64_t cols,
+                                   Granularity granularity, float* scratch,
+                                   cudaStream_t s = nullptr);
+cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
+                                  UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
+                                  float* scales, int64_t rows, int64_t cols,
+                                  Granularity granularity, float* scratch,
+                                  cudaStream_t s = nullptr);
+cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
+                                  UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
+                                  float* scales, int64_t rows, int64_t cols,
+                                  Granularity granularity, float* scratch,
+                                  cudaStream_t s = nullptr);
+
+// ---- plain fp32 steps (embeddings, head, norm gains) ---------------------------------------
+// param, grad, m, v (n) fp32, updated in place element by element with adamw_element /
+// sgdm_moment + sgdm_theta: bit-identical to the CPU backend's loops. float4 loads and stores
+// when every pointer is 16-byte aligned, scalar otherwise. Null pointers with n > 0 or n < 0:
+// cudaErrorInvalidValue.
+cudaError_t fp32_adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
+                              const AdamWCoeffs& c, cudaStream_t s = nullptr);
+cudaError_t fp32_sgdm_update(float* param, const float* grad, float* m, int64_t n,
+                             const SgdmCoeffs& c, cudaStream_t s = nullptr);
+
+}  // namespace eco::cuda

@@ -1,0 +1,63 @@
+// Sum of squares in two stages. Stage 1: blocks (at most kSumSquaresScratch, a function of n)
+// stride over x, each thread accumulating x^2 in double, then a fixed tree (warp butterflies, then
+// warp 0 over the warp partials) writes one partial per block. Stage 2: one block reduces the
+// partials with the same tree. No atomics, so the result is bit-identical run to run.
+// Launch assumptions (checked): n >= 0; out, scratch (and x when n > 0) non-null.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/reductions.cuh"
+
+namespace eco::cuda {
+namespace {
+
+constexpr int kThreads = 256;          // stage 1
+constexpr int kFinalThreads = 1024;    // stage 2: covers every partial
+constexpr int64_t kMinPerThread = 16;  // elements per thread before another block is added
+static_assert(kFinalThreads >= kSumSquaresScratch);
+
+// Sum over the block in a fixed order; the result is valid in thread 0.
+template <int kBlock>
+__device__ double block_sum(double v) {
+  __shared__ double warp_parts[kBlock / 32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) warp_parts[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = 0;
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < kBlock / 32 ? warp_parts[threadIdx.x] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
+  return v;
+}
+
+__global__ void sum_squares_partials_kernel(double* partials, const float* x, int64_t n) {
+  double acc = 0;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * kThreads)
+    acc += double(x[i]) * double(x[i]);
+  acc = block_sum<kThreads>(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void sum_squares_final_kernel(double* out, const double* partials, int count) {
+  double v = block_sum<kFinalThreads>(int(threadIdx.x) < count ? partials[threadIdx.x] : 0.0);
+  if (threadIdx.x == 0) *out = v;
+}
+
+}  // namespace
+
+cudaError_t sum_squares(double* out, const float* x, int64_t n, double* scratch, cudaStream_t s) {
+  if (n < 0 || !out || !scratch || (n > 0 && !x)) return cudaErrorInvalidValue;
+  const int64_t per_block = kThreads * kMinPerThread;
+  const int blocks =
+      int(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, kSumSquaresScratch));
+  sum_squares_partials_kernel<<<blocks, kThreads, 0, s>>>(scratch, x, n);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  sum_squares_final_kernel<<<1, kFinalThreads, 0, s>>>(out, scratch, blocks);
+  return cudaGetLastError();
+}
+
+}  // namespace eco::cuda
