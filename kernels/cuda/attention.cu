@@ -34,7 +34,7 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowTile = kWarps * kRowsPerWarp;  // 16 queries (forward, dq) or keys (dk, dv)
-constexpr int kStreamTile = 32;                   // keys (forward, dq) or queries (dk, dv) per step
+constexpr int kStreamTile = 32;                  // keys (forward, dq) or queries (dk, dv) per step
 constexpr int kDimsPerLane = kAttentionMaxHeadSize / 32;
 constexpr size_t kDefaultSmem = 48 * 1024;
 
@@ -50,8 +50,8 @@ __device__ float warp_max(float v) {
 
 // dst (rows, ld_dst) fp32 <- rows [r0, r0 + rows) x cols [0, hs) of src (bf16, row stride
 // ld_src); rows at or past T are zero.
-__device__ void load_tile(float* dst, int ld_dst, const __nv_bfloat16* src, int64_t ld_src,
-                          int r0, int rows, int T, int hs) {
+__device__ void load_tile(float* dst, int ld_dst, const __nv_bfloat16* src, int64_t ld_src, int r0,
+                          int rows, int T, int hs) {
   for (int idx = threadIdx.x; idx < rows * hs; idx += kThreads) {
     const int r = idx / hs, d = idx - r * hs;
     dst[r * ld_dst + d] = r0 + r < T ? __bfloat162float(src[int64_t(r0 + r) * ld_src + d]) : 0.0f;
@@ -149,8 +149,7 @@ __global__ void __launch_bounds__(kThreads)
                                  const __nv_bfloat16* __restrict__ dout,
                                  const __nv_bfloat16* __restrict__ qkv,
                                  const __nv_bfloat16* __restrict__ out,
-                                 const float* __restrict__ lse, int T, int C, int NH,
-                                 float scale) {
+                                 const float* __restrict__ lse, int T, int C, int NH, float scale) {
   extern __shared__ float smem[];
   const int hs = C / NH, ldk = hs + 1;
   float* qs = smem;                    // (16, hs)
@@ -173,7 +172,8 @@ __global__ void __launch_bounds__(kThreads)
     float acc = 0.0f;
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + 32 * k;
-      if (d < hs && t < T) acc = fmaf(dos[(row0 + r) * hs + d], __bfloat162float(O[int64_t(t) * C + d]), acc);
+      if (d < hs && t < T)
+        acc = fmaf(dos[(row0 + r) * hs + d], __bfloat162float(O[int64_t(t) * C + d]), acc);
     }
     Drow[r] = warp_sum(acc);
     lrow[r] = t < T ? lse[bh * T + t] : 0.0f;
@@ -235,13 +235,13 @@ __global__ void __launch_bounds__(kThreads)
                                    const __nv_bfloat16* __restrict__ dout,
                                    const __nv_bfloat16* __restrict__ qkv,
                                    const float* __restrict__ lse, int T, int C, int NH,
-                                 float scale) {
+                                   float scale) {
   extern __shared__ float smem[];
   const int hs = C / NH, ldq = hs + 1;
-  float* ks = smem;                      // (16, hs)
-  float* vs = ks + kRowTile * hs;        // (16, hs)
-  float* qs = vs + kRowTile * hs;        // (32, hs + 1)
-  float* dos = qs + kStreamTile * ldq;   // (32, hs + 1)
+  float* ks = smem;                       // (16, hs)
+  float* vs = ks + kRowTile * hs;         // (16, hs)
+  float* qs = vs + kRowTile * hs;         // (32, hs + 1)
+  float* dos = qs + kStreamTile * ldq;    // (32, hs + 1)
   float* lses = dos + kStreamTile * ldq;  // (32)
   float* Ds = lses + kStreamTile;         // (32)
   const int j0 = blockIdx.x * kRowTile, h = blockIdx.y, b = blockIdx.z;
@@ -316,7 +316,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 size_t forward_smem(int hs) {
-  return sizeof(float) * (size_t(kRowTile) * hs + size_t(kStreamTile) * (hs + 1) + size_t(kStreamTile) * hs);
+  return sizeof(float) *
+         (size_t(kRowTile) * hs + size_t(kStreamTile) * (hs + 1) + size_t(kStreamTile) * hs);
 }
 size_t dq_smem(int hs) {
   return sizeof(float) * (2 * size_t(kRowTile) * hs + 2 * size_t(kStreamTile) * (hs + 1));
@@ -324,8 +325,8 @@ size_t dq_smem(int hs) {
 size_t dkdv_smem(int hs) { return dq_smem(hs) + sizeof(float) * 2 * kStreamTile; }
 
 bool shape_ok(int B, int T, int C, int NH) {
-  return B >= 1 && T >= 1 && NH >= 1 && C >= NH && C % NH == 0 &&
-         C / NH <= kAttentionMaxHeadSize && B <= 65535 && NH <= 65535;
+  return B >= 1 && T >= 1 && NH >= 1 && C >= NH && C % NH == 0 && C / NH <= kAttentionMaxHeadSize &&
+         B <= 65535 && NH <= 65535;
 }
 
 // Above 48 KiB of dynamic shared memory a kernel must opt in (sm_80+: up to 163 KiB).
@@ -338,7 +339,9 @@ cudaError_t allow_smem(Kernel kernel, size_t bytes) {
 // 1/sqrt(hs) in fp32, as the CPU twin computes it.
 float score_scale(int hs) { return 1.0f / std::sqrt(float(hs)); }
 
-dim3 grid_for(int B, int T, int NH) { return dim3(unsigned((T + kRowTile - 1) / kRowTile), unsigned(NH), unsigned(B)); }
+dim3 grid_for(int B, int T, int NH) {
+  return dim3(unsigned((T + kRowTile - 1) / kRowTile), unsigned(NH), unsigned(B));
+}
 
 }  // namespace
 
@@ -353,13 +356,16 @@ cudaError_t attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
 }
 
 cudaError_t attention_backward(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
-                               const __nv_bfloat16* qkv, const __nv_bfloat16* out,
-                               const float* lse, int B, int T, int C, int NH, cudaStream_t s) {
+                               const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                               int B, int T, int C, int NH, cudaStream_t s) {
   if (!shape_ok(B, T, C, NH) || !dqkv || !scratch || !dout || !qkv || !out || !lse)
     return cudaErrorInvalidValue;
   const int hs = C / NH;
-  if (const cudaError_t e = allow_smem(attention_backward_dq_kernel, dq_smem(hs)); e != cudaSuccess) return e;
-  if (const cudaError_t e = allow_smem(attention_backward_dkdv_kernel, dkdv_smem(hs)); e != cudaSuccess) return e;
+  if (const cudaError_t e = allow_smem(attention_backward_dq_kernel, dq_smem(hs)); e != cudaSuccess)
+    return e;
+  if (const cudaError_t e = allow_smem(attention_backward_dkdv_kernel, dkdv_smem(hs));
+      e != cudaSuccess)
+    return e;
   attention_backward_dq_kernel<<<grid_for(B, T, NH), kThreads, dq_smem(hs), s>>>(
       dqkv, scratch, dout, qkv, out, lse, T, C, NH, score_scale(hs));
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;

@@ -24,8 +24,7 @@ cudaError_t attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
 // that call's out and lse. scratch: B*NH*T floats (D = rowsum(dout * out) per query).
 // Deterministic: every element is written by one thread, sums run in a fixed order.
 cudaError_t attention_backward(__nv_bfloat16* dqkv, float* scratch, const __nv_bfloat16* dout,
-                               const __nv_bfloat16* qkv, const __nv_bfloat16* out,
-                               const float* lse, int B, int T, int C, int NH,
-                               cudaStream_t s = nullptr);
+                               const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse,
+                               int B, int T, int C, int NH, cudaStream_t s = nullptr);
 
 }  // namespace eco::cuda

@@ -22,7 +22,7 @@
 namespace eco::cuda {
 namespace {
 
-constexpr int kGroupThreads = 512;  // group kernel: blockDim.x a multiple of 32, <= 512
+constexpr int kGroupThreads = 512;   // group kernel: blockDim.x a multiple of 32, <= 512
 constexpr int kTensorThreads = 256;  // per-tensor kernels
 constexpr int64_t kTensorUnitsPerBlock = kTensorThreads * 16;
 constexpr int kElementwiseThreads = 256;
@@ -41,7 +41,9 @@ __device__ float block_max(float v) {
 }
 
 // Elements per code byte.
-__device__ int codes_per_byte(const FormatQuantizer& q) { return q.format == QFormat::INT4 ? 2 : 1; }
+__device__ int codes_per_byte(const FormatQuantizer& q) {
+  return q.format == QFormat::INT4 ? 2 : 1;
+}
 
 // Calls f(i) for this thread's elements of the group `span`, in a fixed order. A unit is the
 // `per` elements that share a code byte (cols even for INT4, so units never straddle groups).
@@ -62,11 +64,11 @@ __device__ void for_each_group_element(const GroupSpan& span, int per, F&& f) {
 template <class Rule, class S, bool kRowGroups>
 __global__ void __launch_bounds__(kGroupThreads, 2)
     quantized_update_groups_kernel(Rule rule, FormatQuantizer q, UpdatePolicy policy,
-                                   QuantizedUpdateBuffers<S, float> b, float* scales,
-                                   int64_t rows, int64_t cols) {
+                                   QuantizedUpdateBuffers<S, float> b, float* scales, int64_t rows,
+                                   int64_t cols) {
   const int64_t k = blockIdx.x;
-  const GroupSpan span = scale_group_span(
-      kRowGroups ? Granularity::PerRow : Granularity::Block128, rows, cols, k);
+  const GroupSpan span =
+      scale_group_span(kRowGroups ? Granularity::PerRow : Granularity::Block128, rows, cols, k);
   const int per = codes_per_byte(q);
   const float old_scale = scales[k];  // every thread, before block_max's barrier
 
@@ -81,7 +83,8 @@ __global__ void __launch_bounds__(kGroupThreads, 2)
   if (threadIdx.x == 0) scales[k] = new_scale;  // no thread reads scales[k] after the barrier
 }
 
-// Per-tensor group, chunk blockIdx.x: units [blockIdx.x * kTensorUnitsPerBlock, +kTensorUnitsPerBlock).
+// Per-tensor group, chunk blockIdx.x: units [blockIdx.x * kTensorUnitsPerBlock,
+// +kTensorUnitsPerBlock).
 template <class F>
 __device__ void for_each_chunk_element(int64_t n, int per, F&& f) {
   const int64_t units = (n + per - 1) / per;
@@ -119,7 +122,8 @@ __global__ void __launch_bounds__(kTensorThreads)
   }
 }
 
-// Per-tensor pass 2: grid (chunks), block (kTensorThreads); old scale in scratch[0], new in scales[0].
+// Per-tensor pass 2: grid (chunks), block (kTensorThreads); old scale in scratch[0], new in
+// scales[0].
 template <class Rule, class S>
 __global__ void __launch_bounds__(kTensorThreads)
     tensor_update_pass2_kernel(Rule rule, FormatQuantizer q, UpdatePolicy policy,
@@ -145,10 +149,10 @@ int group_threads(int64_t units) {
 }
 
 template <class Rule, class S>
-cudaError_t launch_quantized_update(const Rule& rule, const FormatQuantizer& q,
-                                    UpdatePolicy policy, const QuantizedUpdateBuffers<S, float>& b,
-                                    float* scales, int64_t rows, int64_t cols,
-                                    Granularity granularity, float* scratch, cudaStream_t s) {
+cudaError_t launch_quantized_update(const Rule& rule, const FormatQuantizer& q, UpdatePolicy policy,
+                                    const QuantizedUpdateBuffers<S, float>& b, float* scales,
+                                    int64_t rows, int64_t cols, Granularity granularity,
+                                    float* scratch, cudaStream_t s) {
   if (rows < 0 || cols < 1 || rows > int64_t(INT32_MAX) || cols > int64_t(INT32_MAX))
     return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
@@ -160,15 +164,18 @@ cudaError_t launch_quantized_update(const Rule& rule, const FormatQuantizer& q,
     case Granularity::PerRow:
       if (cols % per != 0) return cudaErrorInvalidValue;
       quantized_update_groups_kernel<Rule, S, true>
-          <<<unsigned(rows), group_threads(cols / per), 0, s>>>(rule, q, policy, b, scales, rows, cols);
+          <<<unsigned(rows), group_threads(cols / per), 0, s>>>(rule, q, policy, b, scales, rows,
+                                                                cols);
       return cudaGetLastError();
     case Granularity::Block128: {
       if (cols % per != 0) return cudaErrorInvalidValue;
       const int64_t groups = scale_group_count(granularity, rows, cols);
+      if (groups > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
       const int64_t tile_units = (rows < kScaleBlock ? rows : kScaleBlock) *
                                  ((cols < kScaleBlock ? cols : kScaleBlock) / per);
       quantized_update_groups_kernel<Rule, S, false>
-          <<<unsigned(groups), group_threads(tile_units), 0, s>>>(rule, q, policy, b, scales, rows, cols);
+          <<<unsigned(groups), group_threads(tile_units), 0, s>>>(rule, q, policy, b, scales, rows,
+                                                                  cols);
       return cudaGetLastError();
     }
     case Granularity::PerTensor: {
@@ -210,7 +217,8 @@ __global__ void fp32_adamw_kernel(float* __restrict__ param, const float* __rest
       reinterpret_cast<float4*>(m)[t] = mm;
       reinterpret_cast<float4*>(v)[t] = vv;
     } else {
-      for (int64_t i = 4 * t; i < 4 * t + 4; ++i) param[i] = adamw_element(param[i], grad[i], m[i], v[i], c);
+      for (int64_t i = 4 * t; i < 4 * t + 4; ++i)
+        param[i] = adamw_element(param[i], grad[i], m[i], v[i], c);
     }
   }
   if (t < n % 4) {
@@ -266,25 +274,29 @@ cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& 
                                    UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
                                    float* scales, int64_t rows, int64_t cols,
                                    Granularity granularity, float* scratch, cudaStream_t s) {
-  return launch_quantized_update(AdamWRule{c}, q, policy, b, scales, rows, cols, granularity, scratch, s);
+  return launch_quantized_update(AdamWRule{c}, q, policy, b, scales, rows, cols, granularity,
+                                 scratch, s);
 }
 cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
                                    UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
                                    float* scales, int64_t rows, int64_t cols,
                                    Granularity granularity, float* scratch, cudaStream_t s) {
-  return launch_quantized_update(AdamWRule{c}, q, policy, b, scales, rows, cols, granularity, scratch, s);
+  return launch_quantized_update(AdamWRule{c}, q, policy, b, scales, rows, cols, granularity,
+                                 scratch, s);
 }
 cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
                                   UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
                                   float* scales, int64_t rows, int64_t cols,
                                   Granularity granularity, float* scratch, cudaStream_t s) {
-  return launch_quantized_update(SgdmRule{c}, q, policy, b, scales, rows, cols, granularity, scratch, s);
+  return launch_quantized_update(SgdmRule{c}, q, policy, b, scales, rows, cols, granularity,
+                                 scratch, s);
 }
 cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
                                   UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
                                   float* scales, int64_t rows, int64_t cols,
                                   Granularity granularity, float* scratch, cudaStream_t s) {
-  return launch_quantized_update(SgdmRule{c}, q, policy, b, scales, rows, cols, granularity, scratch, s);
+  return launch_quantized_update(SgdmRule{c}, q, policy, b, scales, rows, cols, granularity,
+                                 scratch, s);
 }
 
 cudaError_t fp32_adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
@@ -293,9 +305,11 @@ cudaError_t fp32_adamw_update(float* param, const float* grad, float* m, float* 
   if (n == 0) return cudaSuccess;
   if (!param || !grad || !m || !v) return cudaErrorInvalidValue;
   if (aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v))
-    fp32_adamw_kernel<true><<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, v, n, c);
+    fp32_adamw_kernel<true>
+        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, v, n, c);
   else
-    fp32_adamw_kernel<false><<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, v, n, c);
+    fp32_adamw_kernel<false>
+        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, v, n, c);
   return cudaGetLastError();
 }
 
@@ -305,9 +319,11 @@ cudaError_t fp32_sgdm_update(float* param, const float* grad, float* m, int64_t 
   if (n == 0) return cudaSuccess;
   if (!param || !grad || !m) return cudaErrorInvalidValue;
   if (aligned16(param) && aligned16(grad) && aligned16(m))
-    fp32_sgdm_kernel<true><<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, n, c);
+    fp32_sgdm_kernel<true>
+        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, n, c);
   else
-    fp32_sgdm_kernel<false><<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, n, c);
+    fp32_sgdm_kernel<false>
+        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, n, c);
   return cudaGetLastError();
 }
 

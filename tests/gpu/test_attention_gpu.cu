@@ -3,8 +3,8 @@
 // Tolerances: the GPU stores out and dqkv in bf16 (8 significant bits: rounding alone gives a
 // relative-norm error of ~1.6e-3) and computes in fp32 in another order than BLAS, and backward
 // takes D = rowsum(dout * out) from the bf16 out (as FlashAttention does): forward 5e-3,
-// backward 1e-2. lse is fp32 throughout: checked against float64 to 2e-5 (absolute; values are O(log T), the
-// fp32 dot products of hs <= 128 terms err by ~1e-6).
+// backward 1e-2. lse is fp32 throughout: checked against float64 to 2e-5 (absolute; values are
+// O(log T), the fp32 dot products of hs <= 128 terms err by ~1e-6).
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -40,7 +40,7 @@ struct AttnShape {
 
 // Ragged T (1, 7, 64, 129: one key, under one tile, whole tiles, one past), NH in {1, 3, 12},
 // hs in {16, 64} and the 128 limit.
-const std::vector<AttnShape> kShapes = {{1, 1, 1, 16},  {2, 7, 3, 16},  {1, 64, 12, 64},
+const std::vector<AttnShape> kShapes = {{1, 1, 1, 16},   {2, 7, 3, 16},   {1, 64, 12, 64},
                                         {2, 129, 3, 64}, {1, 129, 1, 16}, {2, 33, 2, 128}};
 
 // Random normals rounded to bf16: the bits for the GPU, their exact float values for the CPU.
@@ -105,7 +105,8 @@ TEST(GpuAttention, ForwardMatchesCpuTwin) {
     cuda::DeviceBuffer d_out(n_out * 2), d_lse(n_lse * sizeof(float));
     poison(d_out);
     poison(d_lse);
-    ECO_CHECK_CUDA(cuda::attention_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv), s.B, s.T, C, s.NH));
+    ECO_CHECK_CUDA(cuda::attention_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv),
+                                           s.B, s.T, C, s.NH));
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
 
     EXPECT_LT(rel_err(bf16_values(to_host<uint16_t>(d_out, n_out)), ref), 5e-3);
@@ -129,19 +130,21 @@ TEST(GpuAttention, BackwardAccumulatesCpuTwinsGradient) {
     const Bf16Data dqkv0 = random_bf16(n_qkv, 400 + s.T, 0.05f);
 
     auto d_qkv = to_device(qkv.bits), d_dout = to_device(dout.bits);
-    cuda::DeviceBuffer d_out(n_out * 2), d_lse(n_lse * sizeof(float)), d_scratch(n_lse * sizeof(float));
-    ECO_CHECK_CUDA(cuda::attention_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv), s.B, s.T, C, s.NH));
+    cuda::DeviceBuffer d_out(n_out * 2), d_lse(n_lse * sizeof(float)),
+        d_scratch(n_lse * sizeof(float));
+    ECO_CHECK_CUDA(cuda::attention_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv),
+                                           s.B, s.T, C, s.NH));
 
     std::vector<float> out(n_out), att(n_att), scratch(n_att), ref = dqkv0.values;
     cpu::attention_forward(out.data(), att.data(), qkv.values.data(), s.B, s.T, C, s.NH);
-    cpu::attention_backward(ref.data(), scratch.data(), dout.values.data(), qkv.values.data(), att.data(),
-                            s.B, s.T, C, s.NH);
+    cpu::attention_backward(ref.data(), scratch.data(), dout.values.data(), qkv.values.data(),
+                            att.data(), s.B, s.T, C, s.NH);
 
     auto d_dqkv = to_device(dqkv0.bits);
     poison(d_scratch);
-    ECO_CHECK_CUDA(cuda::attention_backward(bf16_ptr(d_dqkv), d_scratch.get<float>(), bf16_ptr(d_dout),
-                                            bf16_ptr(d_qkv), bf16_ptr(d_out), d_lse.get<float>(), s.B, s.T,
-                                            C, s.NH));
+    ECO_CHECK_CUDA(cuda::attention_backward(bf16_ptr(d_dqkv), d_scratch.get<float>(),
+                                            bf16_ptr(d_dout), bf16_ptr(d_qkv), bf16_ptr(d_out),
+                                            d_lse.get<float>(), s.B, s.T, C, s.NH));
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
     const auto got = bf16_values(to_host<uint16_t>(d_dqkv, n_qkv));
     EXPECT_LT(rel_err(got, ref), 1e-2);
@@ -165,17 +168,19 @@ TEST(GpuAttention, ForwardAndBackwardAreDeterministic) {
   const Bf16Data qkv = random_bf16(n_qkv, 501, 1.0f), dout = random_bf16(n_out, 502, 1.0f),
                  dqkv0 = random_bf16(n_qkv, 503, 0.05f);
   auto d_qkv = to_device(qkv.bits), d_dout = to_device(dout.bits);
-  cuda::DeviceBuffer d_out(n_out * 2), d_lse(n_lse * sizeof(float)), d_scratch(n_lse * sizeof(float));
+  cuda::DeviceBuffer d_out(n_out * 2), d_lse(n_lse * sizeof(float)),
+      d_scratch(n_lse * sizeof(float));
   std::vector<uint16_t> outs[2], grads[2];
   std::vector<float> lses[2];
   for (int run = 0; run < 2; ++run) {
     poison(d_out);
     poison(d_lse);
     auto d_dqkv = to_device(dqkv0.bits);
-    ECO_CHECK_CUDA(cuda::attention_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv), s.B, s.T, C, s.NH));
-    ECO_CHECK_CUDA(cuda::attention_backward(bf16_ptr(d_dqkv), d_scratch.get<float>(), bf16_ptr(d_dout),
-                                            bf16_ptr(d_qkv), bf16_ptr(d_out), d_lse.get<float>(), s.B, s.T,
-                                            C, s.NH));
+    ECO_CHECK_CUDA(cuda::attention_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv),
+                                           s.B, s.T, C, s.NH));
+    ECO_CHECK_CUDA(cuda::attention_backward(bf16_ptr(d_dqkv), d_scratch.get<float>(),
+                                            bf16_ptr(d_dout), bf16_ptr(d_qkv), bf16_ptr(d_out),
+                                            d_lse.get<float>(), s.B, s.T, C, s.NH));
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
     outs[run] = to_host<uint16_t>(d_out, n_out);
     lses[run] = to_host<float>(d_lse, n_lse);

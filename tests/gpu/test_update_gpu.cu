@@ -32,7 +32,12 @@ using gputest::to_host;
 // The CPU backend's AdamWStep -> AdamWCoeffs (kernels/cpu/cpu_backend.cpp): bias corrections
 // in double, rounded once. A CUDA backend must derive them the same way to stay bit-identical.
 AdamWCoeffs adamw_coeffs(const AdamWStep& s) {
-  return {s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
+  return {s.lr,
+          s.beta1,
+          s.beta2,
+          s.eps,
+          s.weight_decay,
+          s.grad_scale,
           float(1.0 - std::pow(double(s.beta1), double(s.t))),
           float(1.0 - std::pow(double(s.beta2), double(s.t)))};
 }
@@ -46,8 +51,9 @@ template <class T>
   for (size_t i = 0; i < gpu.size(); ++i)
     if (std::memcmp(&gpu[i], &cpu[i], sizeof(T)) != 0 && count++ == 0) first = i;
   if (count == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << count << " of " << gpu.size() << " differ, first at "
-                                       << first << ": gpu " << +gpu[first] << " cpu " << +cpu[first];
+  return ::testing::AssertionFailure()
+         << count << " of " << gpu.size() << " differ, first at " << first << ": gpu "
+         << +gpu[first] << " cpu " << +cpu[first];
 }
 
 template <class S>
@@ -97,8 +103,8 @@ void expect_update_matches_cpu(const UpdateCase& k) {
 
   auto d_codes = to_device(codes), d_scales = to_device(scales), d_master = to_device(w);
   auto d_m = to_device(m), d_v = to_device(v);
-  cuda::DeviceBuffer d_scratch(
-      sizeof(float) * size_t(cuda::quantized_update_scratch_floats(k.rows, k.cols, k.format, k.granularity)));
+  cuda::DeviceBuffer d_scratch(sizeof(float) * size_t(cuda::quantized_update_scratch_floats(
+                                                   k.rows, k.cols, k.format, k.granularity)));
   poison(d_scratch);
 
   auto cpu = make_cpu_backend(DType::F32);
@@ -111,26 +117,31 @@ void expect_update_matches_cpu(const UpdateCase& k) {
     const Tensor grad_t{grad.data(), {n}, DType::F32};
     const QuantizedStep qs{k.policy, k.rounding, 4242, uint64_t(step), 9};
     const FormatQuantizer fq{k.format, k.rounding, qs.seed, qs.step, qs.tensor_id};
-    const QuantizedUpdateBuffers<S, float> b{d_codes.get<uint8_t>(), master ? d_master.get<float>() : nullptr,
-                                             d_grad.get<float>(), d_m.template get<S>(),
-                                             k.adamw ? d_v.template get<S>() : nullptr};
+    const QuantizedUpdateBuffers<S, float> b{
+        d_codes.get<uint8_t>(), master ? d_master.get<float>() : nullptr, d_grad.get<float>(),
+        d_m.template get<S>(), k.adamw ? d_v.template get<S>() : nullptr};
     if (k.adamw) {
       const AdamWStep st{5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, step};
       cpu->quantized_adamw_update(q, master_t, grad_t, m_t, v_t, st, qs);
-      ECO_CHECK_CUDA(cuda::quantized_adamw_update(adamw_coeffs(st), fq, k.policy, b, d_scales.get<float>(),
-                                                  k.rows, k.cols, k.granularity, d_scratch.get<float>()));
+      ECO_CHECK_CUDA(cuda::quantized_adamw_update(adamw_coeffs(st), fq, k.policy, b,
+                                                  d_scales.get<float>(), k.rows, k.cols,
+                                                  k.granularity, d_scratch.get<float>()));
     } else {
       const SgdmStep st{0.05f, 0.9f, 0.1f, 0.7f};
       cpu->quantized_sgdm_update(q, master_t, grad_t, m_t, st, qs);
-      ECO_CHECK_CUDA(cuda::quantized_sgdm_update(sgdm_coeffs(st), fq, k.policy, b, d_scales.get<float>(),
-                                                 k.rows, k.cols, k.granularity, d_scratch.get<float>()));
+      ECO_CHECK_CUDA(cuda::quantized_sgdm_update(sgdm_coeffs(st), fq, k.policy, b,
+                                                 d_scales.get<float>(), k.rows, k.cols,
+                                                 k.granularity, d_scratch.get<float>()));
     }
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
-    ASSERT_TRUE(same_bits(to_host<uint8_t>(d_codes, codes.size()), codes)) << "codes, step " << step;
-    ASSERT_TRUE(same_bits(to_host<float>(d_scales, scales.size()), scales)) << "scales, step " << step;
+    ASSERT_TRUE(same_bits(to_host<uint8_t>(d_codes, codes.size()), codes))
+        << "codes, step " << step;
+    ASSERT_TRUE(same_bits(to_host<float>(d_scales, scales.size()), scales))
+        << "scales, step " << step;
     ASSERT_TRUE(same_bits(to_host<S>(d_m, m.size()), m)) << "m, step " << step;
     if (k.adamw) ASSERT_TRUE(same_bits(to_host<S>(d_v, v.size()), v)) << "v, step " << step;
-    if (master) ASSERT_TRUE(same_bits(to_host<float>(d_master, w.size()), w)) << "master, step " << step;
+    if (master)
+      ASSERT_TRUE(same_bits(to_host<float>(d_master, w.size()), w)) << "master, step " << step;
   }
   // Test power: the steps must have moved some codes (AdamW's steps are ~10% of a weight; SR
   // redraws every element; SGDM + RTN may legitimately keep every code).
@@ -153,11 +164,9 @@ void expect_all_variants_match_cpu(bool adamw, QFormat format, Granularity granu
 }
 
 // Ragged shapes: one row, odd widths, widths below and above one block's stride, 300 rows.
-const Shapes kRaggedShapes = {
-    {1, 16}, {7, 33}, {64, 130}, {300, 1000}, {5, 2049}};
+const Shapes kRaggedShapes = {{1, 16}, {7, 33}, {64, 130}, {300, 1000}, {5, 2049}};
 // INT4 per-row groups need even widths (a code byte never spans two rows).
-const Shapes kEvenShapes = {
-    {1, 16}, {7, 34}, {64, 130}, {300, 1000}};
+const Shapes kEvenShapes = {{1, 16}, {7, 34}, {64, 130}, {300, 1000}};
 
 TEST(GpuQuantizedUpdate, AdamWE4m3PerRowIsBitIdenticalToCpuDriver) {
   ECO_REQUIRE_GPU();
@@ -198,8 +207,8 @@ TEST(GpuQuantizedUpdate, RejectsInt4RowGroupsWithOddWidth) {
   const FormatQuantizer fq{QFormat::INT4, Rounding::RTN, 1, 1, 0};
   const AdamWCoeffs c = adamw_coeffs({1e-3f, 0.9f, 0.98f, 1e-8f, 0.0f, 1.0f, 1});
   for (auto g : {Granularity::PerRow, Granularity::Block128})
-    EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 2, 31, g,
-                                           nullptr),
+    EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 2, 31,
+                                           g, nullptr),
               cudaErrorInvalidValue);
   // Master without a master weight, and PerTensor without scratch, are refused too.
   EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Master, b, scales.get<float>(), 2, 32,
@@ -228,12 +237,13 @@ TEST(GpuFp32Update, AdamWIsBitIdenticalToCpuBackend) {
       auto dw = to_device(w), dg = to_device(g), dm = to_device(m), dv = to_device(v);
       for (int64_t t = 1; t <= 3; ++t) {
         const AdamWStep st{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.8f, t};
-        cpu->adamw_update(Tensor{w.data() + offset, {n}, DType::F32}, Tensor{g.data() + offset, {n}, DType::F32},
-                          Tensor{m.data() + offset, {n}, DType::F32}, Tensor{v.data() + offset, {n}, DType::F32},
-                          n, st);
+        cpu->adamw_update(Tensor{w.data() + offset, {n}, DType::F32},
+                          Tensor{g.data() + offset, {n}, DType::F32},
+                          Tensor{m.data() + offset, {n}, DType::F32},
+                          Tensor{v.data() + offset, {n}, DType::F32}, n, st);
         ECO_CHECK_CUDA(cuda::fp32_adamw_update(dw.get<float>() + offset, dg.get<float>() + offset,
-                                               dm.get<float>() + offset, dv.get<float>() + offset, n,
-                                               adamw_coeffs(st)));
+                                               dm.get<float>() + offset, dv.get<float>() + offset,
+                                               n, adamw_coeffs(st)));
       }
       ECO_CHECK_CUDA(cudaDeviceSynchronize());
       EXPECT_TRUE(same_bits(to_host<float>(dw, len), w)) << "param";
@@ -249,11 +259,13 @@ TEST(GpuFp32Update, SgdmIsBitIdenticalToCpuBackend) {
     for (int64_t n : kSizes) {
       SCOPED_TRACE("n " + std::to_string(n) + " offset " + std::to_string(offset));
       const size_t len = size_t(n + offset);
-      std::vector<float> w = randn(len, 81 + n), g = randn(len, 82 + n, 0.01f), m = randn(len, 83 + n, 1e-3f);
+      std::vector<float> w = randn(len, 81 + n), g = randn(len, 82 + n, 0.01f),
+                         m = randn(len, 83 + n, 1e-3f);
       auto dw = to_device(w), dg = to_device(g), dm = to_device(m);
       for (int t = 1; t <= 3; ++t) {
         const SgdmStep st{0.05f, 0.9f, 0.1f, 0.8f};
-        cpu->sgdm_update(Tensor{w.data() + offset, {n}, DType::F32}, Tensor{g.data() + offset, {n}, DType::F32},
+        cpu->sgdm_update(Tensor{w.data() + offset, {n}, DType::F32},
+                         Tensor{g.data() + offset, {n}, DType::F32},
                          Tensor{m.data() + offset, {n}, DType::F32}, n, st);
         ECO_CHECK_CUDA(cuda::fp32_sgdm_update(dw.get<float>() + offset, dg.get<float>() + offset,
                                               dm.get<float>() + offset, n, sgdm_coeffs(st)));
