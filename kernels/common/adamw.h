@@ -6,6 +6,11 @@
 
 namespace eco {
 
+// sqrt in the argument's own precision on host and device alike (an unqualified sqrt(float) on
+// the host would compute in double and break CPU/GPU bit-identity).
+ECO_HD float eco_sqrt(float x) { return sqrtf(x); }
+ECO_HD double eco_sqrt(double x) { return sqrt(x); }
+
 struct AdamWCoeffs {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
   float bc1, bc2;  // 1 - beta1^t, 1 - beta2^t
@@ -19,7 +24,7 @@ ECO_HD T adamw_element(T param, T grad, T& m, T& v, const AdamWCoeffs& c) {
   v = T(c.beta2) * v + (T(1) - T(c.beta2)) * g * g;
   const T mhat = m / T(c.bc1);
   const T vhat = v / T(c.bc2);
-  return param - T(c.lr) * (mhat / (sqrt(vhat) + T(c.eps)) + T(c.weight_decay) * param);
+  return param - T(c.lr) * (mhat / (eco_sqrt(vhat) + T(c.eps)) + T(c.weight_decay) * param);
 }
 
 }  // namespace eco

@@ -48,8 +48,6 @@ struct SgdmCoeffs {
 
 // ---- element math (T = float in the kernels, double in the method tests) --------------------
 
-ECO_HD float eco_sqrt(float x) { return sqrtf(x); }
-ECO_HD double eco_sqrt(double x) { return sqrt(x); }
 
 template <class T>
 ECO_HD void adamw_moments(T grad, T& m, T& v, const AdamWCoeffs& c) {
