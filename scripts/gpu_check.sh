@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One command for a GPU machine: builds for the GPU it finds, runs the GPU tests (each CUDA
-# kernel against its CPU twin), the GPU benchmarks, and (once the CUDA backend trains) a short
-# GPT-2 124M run; prints a summary table last. Full log in the directory given as argument.
+# kernel against its CPU twin, and the whole model against the CPU backend), the GPU benchmarks,
+# and short GPT-2 124M training runs (bf16-mw, fp8-eco-sr); prints a summary table last. Full log
+# in the directory given as argument. Each part runs under a timeout (tests 300 s, each benchmark
+# 120 s, each training run 180 s); on an H200 with prebuilt binaries the whole script should take
+# a few minutes.
 #   scripts/gpu_check.sh LOG_DIR
 # ECO_GPU_PREBUILT=DIR uses binaries built elsewhere (DIR/tests/eco_gpu_tests, DIR/eco-*-bench,
 # shared libraries the GPU machine lacks in DIR/libs) instead of building here, for GPU machines
@@ -68,10 +71,64 @@ for b in eco-gemm-bench eco-update-bench; do
 done
 cat "$bench_out" >>"$log"
 
-# Training on the GPU: needs the CUDA backend (device: cuda).
-train_note="skipped: the CUDA backend is not wired into eco-train yet"
-if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-cpu-bench.yaml --plan --set device=cuda >/dev/null 2>&1; then
-  train_note="(eco-train accepts device: cuda; add the training run here)"
+# Training on the GPU: GPT-2 124M, B 8 x T 1024, synthetic data, 30 steps logged every step
+# (configs/gpt2-124m-gpu.yaml), once per treatment. Speed from the median ms/step of steps 6-30
+# (the first steps pick cuBLASLt algorithms and grow scratch buffers); peak memory sampled by
+# nvidia-smi every 100 ms, against the idle reading before the run; static bytes per quantized
+# parameter from the run's memory ledger (summary.json). MFU counts 6 x params + 12 x layers x
+# T x d_model FLOPs per token (matmuls forward + backward, attention as if non-causal, PaLM's
+# convention) against 989 TFLOP/s, the H100/H200 SXM dense bf16 datasheet peak.
+train_rows=()
+train_rc=0
+if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-gpu.yaml --plan >/dev/null 2>&1; then
+  for tr in bf16-mw fp8-eco-sr; do
+    run_dir=$(mktemp -d /tmp/eco-gpu-train.XXXXXX)
+    idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
+      >"$log_dir/train_$tr.mem" 2>/dev/null &
+    smi=$!
+    timeout 180 "$bin"/eco-train configs/gpt2-124m-gpu.yaml --set precision.treatment="$tr" \
+      --set train.out_dir="$run_dir" >"$log_dir/train_$tr.log" 2>&1
+    rc=$?
+    kill "$smi" 2>/dev/null
+    wait "$smi" 2>/dev/null
+    cat "$log_dir/train_$tr.log" >>"$log"
+    for f in metrics.jsonl summary.json config.resolved.yaml; do
+      cp "$run_dir/$f" "$log_dir/train_$tr.$f" 2>/dev/null
+    done
+    rm -rf "$run_dir"  # the checkpoint (~1.5 GB) is not kept
+    [ "$rc" = 0 ] || train_rc=$rc
+    row=$(python3 - "$log_dir" "$tr" "$idle" "$rc" <<'PY' 2>&1
+import json, re, statistics, sys
+d, tr, idle, rc = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+p = f"{d}/train_{tr}"
+try:
+    steps = [json.loads(l) for l in open(p + ".metrics.jsonl")]
+    steps = [s for s in steps if "ms_per_step" in s]
+    summ = json.load(open(p + ".summary.json"))
+    cfg = open(p + ".config.resolved.yaml").read()
+except OSError as e:
+    print(f"{tr:<12} exit {rc}: no run output ({e.filename})")
+    sys.exit()
+key = lambda k: int(re.search(rf"\b{k}: (\d+)", cfg).group(1))
+L, T, C, B = key("n_layer"), key("seq_len"), key("d_model"), key("batch_size")
+timed = [s["ms_per_step"] for s in steps if s["step"] > 5] or [s["ms_per_step"] for s in steps]
+ms = statistics.median(timed)
+tok_s = B * T / (ms / 1000)
+mfu = (6 * summ["params"] + 12 * L * T * C) * tok_s / 989e12
+mem = [float(x) for x in open(p + ".mem").read().split() if x.replace(".", "").isdigit()]
+peak = (max(mem) - idle) / 1024 if mem else float("nan")
+m = summ["memory"]
+print(f"{tr:<12} {ms:8.1f} {tok_s:10.0f} {100 * mfu:6.1f}% {peak:10.2f} {m['total'] / 2**30:10.2f} "
+      f"{m['static_bytes_per_quantized_param']:8.3f} {summ['final_train_loss'] or float('nan'):8.4f}"
+      f"  exit {rc}")
+PY
+)
+    train_rows+=("$row")
+  done
+  train_note="GPT-2 124M, B 8 x T 1024, 30 steps (configs/gpt2-124m-gpu.yaml); MFU vs 989 TFLOP/s"
+else
+  train_note="skipped: $bin/eco-train missing or refuses configs/gpt2-124m-gpu.yaml (--plan)"
 fi
 
 say ""
@@ -82,5 +139,10 @@ grep '^\[  FAILED  \].*(' "$log_dir/gpu_tests.log" | sed 's/^/  /' | tee -a "$lo
 say "benchmarks:"
 grep -E "^\|| GB/s|TFLOP/s|fraction" "$bench_out" | sed 's/^/  /' | tee -a "$log"
 say "training:       $train_note"
+if [ "${#train_rows[@]}" -gt 0 ]; then
+  say "  (peak GiB: nvidia-smi above idle, CUDA context included; ledger GiB: the run's own buffers)"
+  say "  treatment     ms/step   tokens/s    MFU  peak GiB  ledger GiB  B/q-par  loss@30"
+  for r in "${train_rows[@]}"; do say "  $r"; done
+fi
 say "wall time:      $(( $(date +%s) - start )) s; full log: $log"
-[ "$tests_rc" = 0 ]
+[ "$tests_rc" = 0 ] && [ "$train_rc" = 0 ]

@@ -1,8 +1,9 @@
 // eco-bench: training-step speed of a config on this machine, against the BLAS ceiling
-// measured in the same run.
+// measured in the same run (device: cpu) or the GPU's dense bf16 peak (device: cuda).
 //   eco-bench CONFIG.yaml [--set key=value]... [--steps N] [--warmup N]
 // Reports the median ms/step, tokens/s, achieved GFLOP/s (6 x params x tokens + attention)
-// and the same machine's sgemm GFLOP/s on the model's largest GEMM shape.
+// and the same machine's sgemm GFLOP/s on the model's largest GEMM shape (cpu), or the model
+// FLOPs utilisation against 989 TFLOP/s, the H100/H200 SXM dense bf16 datasheet peak (cuda).
 #include <cblas.h>
 #include <omp.h>
 
@@ -58,7 +59,7 @@ int run(int argc, char** argv) {
   if (cfg.train.threads > 0) omp_set_num_threads(cfg.train.threads);
   const auto& m = cfg.model;
   const int B = cfg.train.batch_size, T = m.seq_len;
-  auto be = eco::make_cpu_backend(eco::DType::F32);
+  auto be = eco::make_backend(cfg.device);
   eco::Transformer model(m, *be, B, eco::treatment_from_name(cfg.precision.treatment));
   eco::Optimizer opt(cfg.optim, model, cfg.train.seed);
   model.init_weights(cfg.train.seed);
@@ -68,15 +69,17 @@ int run(int argc, char** argv) {
   for (auto& t : tgt) t = int32_t(rng.next_u64() % uint64_t(m.vocab_size));
 
   std::printf("eco-bench: %s  (%s, %d layers, d %d, %d heads, vocab %d, B %d, T %d, %lld params, "
-              "%d threads)\n",
+              "%s backend, %s, %d threads)\n",
               path.c_str(), m.family.c_str(), m.n_layer, m.d_model, m.n_head, m.vocab_size, B, T,
-              (long long)model.table().total, omp_get_max_threads());
+              (long long)model.table().total, be->name().c_str(),
+              cfg.precision.treatment.c_str(), omp_get_max_threads());
   std::vector<double> ms;
   for (int s = 0; s < warmup + steps; ++s) {
     const auto t0 = clock_type::now();
     model.zero_grad();
     model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
     opt.step(1e-4, opt.grad_norm());
+    be->synchronize();
     const double dt = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
     if (s >= warmup) ms.push_back(dt);
     std::printf("  step %2d: %8.1f ms%s\n", s + 1, dt, s < warmup ? "  (warm-up)" : "");
@@ -88,11 +91,16 @@ int run(int argc, char** argv) {
   const double matmul_params = double(model.table().total);
   const double flops = 6.0 * matmul_params * tokens + 12.0 * m.n_layer * B * double(T) * T * m.d_model;
   const double achieved = flops / (med / 1000.0) / 1e9;
-  const double ceiling = sgemm_gflops(B * T, 4 * m.d_model, m.d_model);
   std::printf("\n%-34s %12s\n", "metric", "value");
   std::printf("%-34s %12.1f\n", "median ms/step", med);
   std::printf("%-34s %12.1f\n", "tokens/s", tokens / (med / 1000.0));
   std::printf("%-34s %12.1f\n", "achieved GFLOP/s", achieved);
+  if (cfg.device == "cuda") {
+    constexpr double kPeakGflops = 989e3;  // H100/H200 SXM dense bf16, datasheet
+    std::printf("%-34s %12.3f\n", "MFU (of 989 TFLOP/s bf16)", achieved / kPeakGflops);
+    return 0;
+  }
+  const double ceiling = sgemm_gflops(B * T, 4 * m.d_model, m.d_model);
   std::printf("%-34s %12.1f\n", "sgemm GFLOP/s (same run, ceiling)", ceiling);
   std::printf("%-34s %12.2f\n", "fraction of sgemm ceiling", achieved / ceiling);
   return 0;

@@ -26,6 +26,15 @@ ECO_HD int64_t scale_group_count(Granularity g, int64_t rows, int64_t cols) {
   }
 }
 
+// The group (index into the scales) of element (r, c) of a contiguous (rows, cols) matrix.
+ECO_HD int64_t scale_group_index(Granularity g, int64_t cols, int64_t r, int64_t c) {
+  switch (g) {
+    case Granularity::PerRow: return r;
+    case Granularity::PerTensor: return 0;
+    default: return (r / kScaleBlock) * ((cols + kScaleBlock - 1) / kScaleBlock) + c / kScaleBlock;
+  }
+}
+
 // Group k of a contiguous (rows, cols) matrix.
 ECO_HD GroupSpan scale_group_span(Granularity g, int64_t rows, int64_t cols, int64_t k) {
   switch (g) {

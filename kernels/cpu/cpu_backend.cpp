@@ -94,14 +94,15 @@ class CpuBackend : public Backend {
                      float theta) override {
     cpu::rope_backward(p(dinp), p(dout), B, Tn, C, NH, theta);
   }
-  void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int B, int Tn,
-                         int C, int NH) override {
-    cpu::attention_forward(p(out), p(att), p(qkv), B, Tn, C, NH);
+  void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
+                         int Tn, int C, int NH) override {
+    cpu::attention_forward(p(out), p(att_state), p(qkv), B, Tn, C, NH);
   }
+  // The probabilities in att_state are all backward needs; out is not read.
   void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
-                          const Tensor& qkv, const Tensor& att, int B, int Tn, int C,
-                          int NH) override {
-    cpu::attention_backward(p(dqkv), p(scratch), p(dout), p(qkv), p(att), B, Tn, C, NH);
+                          const Tensor& qkv, const Tensor& /*out*/, const Tensor& att_state,
+                          int B, int Tn, int C, int NH) override {
+    cpu::attention_backward(p(dqkv), p(scratch), p(dout), p(qkv), p(att_state), B, Tn, C, NH);
   }
   void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) override {
     cpu::gelu_forward(p(out), p(inp), n);
@@ -145,24 +146,31 @@ class CpuBackend : public Backend {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) o[i] = bf16_to_float(float_to_bf16(x[i]));
   }
-  void cast_activations(const Tensor& x, int N, int C, ActCast cast) override {
-    if (cast == ActCast::None) return;
-    float* p = x.as<float>();
+  void cast_activations(const Tensor& out, const Tensor& x, int N, int C,
+                        ActCast cast) override {
+    const int64_t n = int64_t(N) * C;
+    if (cast == ActCast::None) {
+      if (out.data != x.data) std::memcpy(out.data, x.data, size_t(n) * sizeof(T));
+      return;
+    }
     if (cast == ActCast::Bf16) {
-      round_to_bf16(x, x, int64_t(N) * C);
+      round_to_bf16(out, x, n);
       return;
     }
     // E4M3, one scale per token row, round to nearest (the paper's activation recipe).
+    const float* in = x.as<float>();
+    float* o = out.as<float>();
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; ++r) {
-      float* row = p + int64_t(r) * C;
+      const float* row = in + int64_t(r) * C;
+      float* orow = o + int64_t(r) * C;
       float absmax = 0.0f;
       for (int c = 0; c < C; ++c) absmax = std::max(absmax, std::fabs(row[c]));
       const float scale = group_scale(QFormat::E4M3, absmax);
       for (int c = 0; c < C; ++c)
-        row[c] = dequantize_value(QFormat::E4M3,
-                                  quantize_value(QFormat::E4M3, Rounding::RTN, row[c], scale, 0),
-                                  scale);
+        orow[c] = dequantize_value(QFormat::E4M3,
+                                   quantize_value(QFormat::E4M3, Rounding::RTN, row[c], scale, 0),
+                                   scale);
     }
   }
 
@@ -181,7 +189,7 @@ class CpuBackend : public Backend {
 
   void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
                    const SgdmStep& s) override {
-    const SgdmCoeffs c{s.lr, s.beta, s.weight_decay, s.grad_scale};
+    const SgdmCoeffs c = sgdm_coeffs(s);
     T* w = p(param);
     const T* g = p(grad);
     T* mm = p(m);
@@ -200,17 +208,10 @@ class CpuBackend : public Backend {
   void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
                              const Tensor& m, const SgdmStep& s,
                              const QuantizedStep& qs) override {
-    quantized_update(SgdmRule{{s.lr, s.beta, s.weight_decay, s.grad_scale}}, q, master, grad, m,
-                     Tensor{}, qs);
+    quantized_update(SgdmRule{sgdm_coeffs(s)}, q, master, grad, m, Tensor{}, qs);
   }
 
  private:
-  static AdamWCoeffs adamw_coeffs(const AdamWStep& s) {
-    return {s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
-            float(1.0 - std::pow(double(s.beta1), double(s.t))),
-            float(1.0 - std::pow(double(s.beta2), double(s.t)))};
-  }
-
   // Dispatch on the optimizer state dtype (fp32 or bf16) to the shared group update.
   template <class Rule>
   void quantized_update(const Rule& rule, QTensor& q, const Tensor& master, const Tensor& grad,
@@ -242,10 +243,17 @@ class CpuBackend : public Backend {
 };
 
 // Records allocations without making them: every tensor points at one dummy byte that no
-// operation may touch (plan_report never runs an op).
+// operation may touch (plan_report never runs an op). With cuda_layout it reports the CUDA
+// backend's dtypes and shapes (bf16 activations, lse attention state), not its workspaces.
 class PlanningBackend final : public CpuBackend<float> {
  public:
-  std::string name() const override { return "plan"; }
+  explicit PlanningBackend(bool cuda_layout) : cuda_layout_(cuda_layout) {}
+  std::string name() const override { return cuda_layout_ ? "plan-cuda" : "plan"; }
+  DType act_dtype() const override { return cuda_layout_ ? DType::BF16 : DType::F32; }
+  std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
+    if (cuda_layout_) return {B, NH, Tn};
+    return CpuBackend<float>::attention_state_shape(B, NH, Tn);
+  }
   Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
                MemCategory category, bool quantizable_param) override {
     static char dummy;
@@ -256,13 +264,17 @@ class PlanningBackend final : public CpuBackend<float> {
     ledger_.record(name, category, t.bytes(), quantizable_param);
     return t;
   }
+
+ private:
+  bool cuda_layout_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_planning_backend(DType dtype) {
-  ECO_ASSERT(dtype == DType::F32, "planning is done in f32, not {}", dtype_name(dtype));
-  return std::make_unique<PlanningBackend>();
+std::unique_ptr<Backend> make_planning_backend(const std::string& device) {
+  if (device != "cpu" && device != "cuda")
+    usage_error("device '{}' is unknown (expected cpu or cuda)", device);
+  return std::make_unique<PlanningBackend>(device == "cuda");
 }
 
 std::unique_ptr<Backend> make_cpu_backend(DType dtype) {

@@ -1,33 +1,23 @@
-// Row-wise quantization (RTN or SR) of a fp32 (rows, cols) matrix, built from the same
-// kernels/common codecs as the CPU reference, so both backends produce identical codes.
-// One block of 256 threads per row: block-reduce |x| max -> group_scale -> every element through
-// quantize_value with its Philox draw. Each thread writes whole code bytes (INT4: two elements).
+// Quantization (RTN or SR) of a fp32 (rows, cols) matrix, built from the same kernels/common
+// codecs as the CPU reference, so both backends produce identical codes.
+// Row-wise: one block of 256 threads per row: block-reduce |x| max -> group_scale -> every
+// element through quantize_value with its Philox draw. Each thread writes whole code bytes (INT4:
+// two elements). Per tensor / 128x128 tiles: the group maxima first, then one code byte per thread.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/common/philox.h"
 #include "kernels/common/qformat.h"
+#include "kernels/common/scale_groups.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/quantize.cuh"
 
 namespace eco::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-
-// Max over the block; every thread gets the result. fmaxf ignores NaNs and is order-independent,
-// so this equals the CPU reference's sequential fmaxf.
-__device__ float block_max(float v) {
-  __shared__ float warp_max[kWarps];
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_max[warp] = v;
-  __syncthreads();
-  v = lane < kWarps ? warp_max[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
 
 // grid (rows), block (kThreads). x (rows, cols) -> codes (rows, cols / per_byte) bytes,
 // scales (rows)
@@ -40,7 +30,7 @@ __global__ void __launch_bounds__(kThreads)
 
   float m = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) m = fmaxf(m, fabsf(xr[c]));
-  const float scale = group_scale(f, block_max(m));
+  const float scale = group_scale(f, block_max<kThreads>(m));
   if (threadIdx.x == 0) scales[row] = scale;
 
   const int per_byte = f == QFormat::INT4 ? 2 : 1;
@@ -59,7 +49,97 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// grid (rows), block (kThreads): row_max[r] = max |x| over row r.
+__global__ void __launch_bounds__(kThreads)
+    row_absmax_kernel(float* __restrict__ row_max, const float* __restrict__ x, int64_t cols) {
+  const float* xr = x + int64_t(blockIdx.x) * cols;
+  float m = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) m = fmaxf(m, fabsf(xr[c]));
+  m = block_max<kThreads>(m);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = m;
+}
+
+// One block: scales[0] = group_scale(max of the rows' maxima).
+__global__ void __launch_bounds__(kThreads)
+    tensor_scale_kernel(float* __restrict__ scales, const float* __restrict__ row_max, int64_t rows,
+                        QFormat f) {
+  float m = 0.0f;
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads) m = fmaxf(m, row_max[r]);
+  m = block_max<kThreads>(m);
+  if (threadIdx.x == 0) scales[0] = group_scale(f, m);
+}
+
+// grid (tiles), block (kThreads): scales[k] = group_scale(max |x| over 128x128 tile k).
+__global__ void __launch_bounds__(kThreads)
+    tile_scale_kernel(float* __restrict__ scales, const float* __restrict__ x, int64_t rows,
+                      int64_t cols, QFormat f) {
+  const GroupSpan t = scale_group_span(Granularity::Block128, rows, cols, blockIdx.x);
+  float m = 0.0f;
+  for (int64_t e = threadIdx.x; e < t.rows * t.cols; e += kThreads)
+    m = fmaxf(m, fabsf(x[t.index(e / t.cols, e % t.cols)]));
+  m = block_max<kThreads>(m);
+  if (threadIdx.x == 0) scales[blockIdx.x] = group_scale(f, m);
+}
+
+// Grid-stride over code bytes; element i = b * per_byte + k uses its group's scale.
+__global__ void encode_kernel(const float* __restrict__ x, uint8_t* __restrict__ codes,
+                              const float* __restrict__ scales, int64_t n, int64_t cols, QFormat f,
+                              Granularity g, Rounding rounding, uint64_t seed, uint64_t step,
+                              uint32_t tensor_id) {
+  const int per_byte = f == QFormat::INT4 ? 2 : 1;
+  const int64_t nbytes = code_bytes(f, n);
+  for (int64_t b = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; b < nbytes;
+       b += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t byte = 0;
+    for (int k = 0; k < per_byte && b * per_byte + k < n; ++k) {
+      const int64_t i = b * per_byte + k, r = i / cols, c = i - r * cols;
+      const uint32_t bits =
+          rounding == Rounding::SR ? philox_bits(seed, step, tensor_id, uint64_t(i)) : 0u;
+      byte |= uint32_t(quantize_value(f, rounding, x[i], scales[scale_group_index(g, cols, r, c)],
+                                      bits))
+              << (4 * k);
+    }
+    codes[b] = uint8_t(byte);
+  }
+}
+
 }  // namespace
+
+int64_t quantize_scratch_floats(int64_t rows, int64_t /*cols*/, Granularity granularity) {
+  return granularity == Granularity::PerTensor ? rows : 0;
+}
+
+cudaError_t quantize_matrix(const float* x, uint8_t* codes, float* scales, int64_t rows,
+                            int64_t cols, QFormat format, Granularity granularity,
+                            Rounding rounding, uint64_t seed, uint64_t step, uint32_t tensor_id,
+                            float* scratch, cudaStream_t s) {
+  if (granularity == Granularity::PerRow)
+    return quantize_rows(x, codes, scales, rows, cols, format, rounding, seed, step, tensor_id, s);
+  if (rows < 0 || cols < 1 || rows > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+  if (rows == 0) {  // the CPU reference's empty tensor: its scales are 0
+    if (!scales) return cudaErrorInvalidValue;
+    return cudaMemsetAsync(scales, 0,
+                           sizeof(float) * size_t(scale_group_count(granularity, rows, cols)), s);
+  }
+  if (!x || !codes || !scales) return cudaErrorInvalidValue;
+  if (granularity == Granularity::PerTensor) {
+    if (!scratch) return cudaErrorInvalidValue;
+    row_absmax_kernel<<<unsigned(rows), kThreads, 0, s>>>(scratch, x, cols);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    tensor_scale_kernel<<<1, kThreads, 0, s>>>(scales, scratch, rows, format);
+  } else {
+    const int64_t tiles = scale_group_count(granularity, rows, cols);
+    if (tiles > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+    tile_scale_kernel<<<unsigned(tiles), kThreads, 0, s>>>(scales, x, rows, cols, format);
+  }
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const int64_t nbytes = code_bytes(format, rows * cols);
+  const int64_t blocks = std::min<int64_t>((nbytes + kThreads - 1) / kThreads, int64_t(1) << 16);
+  encode_kernel<<<unsigned(blocks), kThreads, 0, s>>>(x, codes, scales, rows * cols, cols, format,
+                                                      granularity, rounding, seed, step,
+                                                      tensor_id);
+  return cudaGetLastError();
+}
 
 cudaError_t quantize_rows(const float* x, uint8_t* codes, float* scales, int64_t rows,
                           int64_t cols, QFormat format, Rounding rounding, uint64_t seed,

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/common/qformat.h"
+#include "kernels/common/scale_groups.h"
 
 namespace eco::cuda {
 
@@ -21,5 +22,18 @@ namespace eco::cuda {
 cudaError_t quantize_rows(const float* x, uint8_t* codes, float* scales, int64_t rows,
                           int64_t cols, QFormat format, Rounding rounding, uint64_t seed,
                           uint64_t step, uint32_t tensor_id, cudaStream_t s = nullptr);
+
+// Any granularity: x (rows, cols) fp32 -> codes + scales (scale_group_count(granularity, rows,
+// cols)), bit-identical to eco::quantize (src/quant/qtensor.h) with the same arguments.
+// PerRow runs quantize_rows (so INT4 needs even cols there); PerTensor reduces per-row maxima
+// (scratch: quantize_scratch_floats floats) into one scale; Block128 one block per 128x128 tile.
+// The codes are then written one byte per thread (INT4: both nibbles, whichever rows or groups
+// they belong to), like the CPU reference. Launch assumptions (cudaErrorInvalidValue otherwise):
+// rows >= 0, cols >= 1, rows < 2^31, non-null buffers when rows > 0, scratch for PerTensor.
+int64_t quantize_scratch_floats(int64_t rows, int64_t cols, Granularity granularity);
+cudaError_t quantize_matrix(const float* x, uint8_t* codes, float* scales, int64_t rows,
+                            int64_t cols, QFormat format, Granularity granularity,
+                            Rounding rounding, uint64_t seed, uint64_t step, uint32_t tensor_id,
+                            float* scratch, cudaStream_t s = nullptr);
 
 }  // namespace eco::cuda

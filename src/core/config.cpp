@@ -284,10 +284,6 @@ Config from_node(YAML::Node root, const std::string& origin) {
   }
   require(c.device == "cpu" || c.device == "cuda", origin, "device",
           fmt::format("expected 'cpu' or 'cuda', got '{}'", c.device));
-  if (c.device == "cuda")
-    usage_error("{}: key 'device': the CUDA backend is not available in this build yet; "
-                "use device: cpu",
-                origin);
   return c;
 }
 

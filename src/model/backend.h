@@ -3,12 +3,17 @@
 // kernels/cpu/kernels.h (row-major, N = B*T rows; every backward accumulates with +=).
 // A backend owns every buffer it allocates and records it in the memory ledger.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/memory_ledger.h"
 #include "core/tensor.h"
+#include "kernels/common/adamw.h"
+#include "kernels/common/bf16.h"
 #include "quant/treatment.h"
 
 namespace eco {
@@ -26,6 +31,17 @@ struct SgdmStep {
   float lr, beta, weight_decay, grad_scale;
 };
 
+// The element math's coefficients for a step. Every backend derives them here, so the bias
+// corrections (computed in double, then rounded once to float) are the same bits everywhere.
+inline AdamWCoeffs adamw_coeffs(const AdamWStep& s) {
+  return {s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
+          float(1.0 - std::pow(double(s.beta1), double(s.t))),
+          float(1.0 - std::pow(double(s.beta2), double(s.t)))};
+}
+inline SgdmCoeffs sgdm_coeffs(const SgdmStep& s) {
+  return {s.lr, s.beta, s.weight_decay, s.grad_scale};
+}
+
 // How a quantized parameter is updated this step (the treatment's policy and rounding), and
 // the key of its SR random stream.
 struct QuantizedStep {
@@ -39,8 +55,20 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // dtype of parameters, gradients and activations on this backend.
+  // dtype of parameters, parameter gradients, plain optimizer state, the saved statistics of
+  // norms and attention (mean, rstd, attention state) and the per-token losses.
   virtual DType dtype() const = 0;
+  // dtype of activations, their gradients (backward scratch) and logits: dtype() on the CPU
+  // reference, bf16 on CUDA.
+  virtual DType act_dtype() const { return dtype(); }
+  // Shape of the state attention_forward saves for attention_backward (dtype()), which is also
+  // the shape of attention_backward's scratch: the CPU keeps the softmax probabilities
+  // (B, NH, T, T); CUDA keeps the log-sum-exp of each query's scores (B, NH, T).
+  virtual std::vector<int64_t> attention_state_shape(int B, int NH, int T) const {
+    return {B, NH, T, T};
+  }
+  // Wait for all queued work (timing). Operations that return host values synchronise anyway.
+  virtual void synchronize() {}
 
   // ---- memory -------------------------------------------------------------------------------
   // Allocate a zero-filled tensor that lives as long as the backend; recorded in the ledger
@@ -79,11 +107,14 @@ class Backend {
                             float theta) = 0;
   virtual void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int T, int C, int NH,
                              float theta) = 0;
-  virtual void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int B,
-                                 int T, int C, int NH) = 0;
+  // qkv (B*T, 3C) -> out (B*T, C); att_state (attention_state_shape) saved for backward.
+  virtual void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv,
+                                 int B, int T, int C, int NH) = 0;
+  // dqkv += gradient, from that forward's qkv, out (unchanged since) and att_state; scratch has
+  // attention_state_shape too.
   virtual void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
-                                  const Tensor& qkv, const Tensor& att, int B, int T, int C,
-                                  int NH) = 0;
+                                  const Tensor& qkv, const Tensor& out, const Tensor& att_state,
+                                  int B, int T, int C, int NH) = 0;
   virtual void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout,
                              int64_t n) = 0;
@@ -107,9 +138,11 @@ class Backend {
                         uint64_t step, uint32_t tensor_id) = 0;
   // out (n) = bf16-rounded in (round to nearest even), kept in fp32.
   virtual void round_to_bf16(const Tensor& out, const Tensor& in, int64_t n) = 0;
-  // What the forward does to activations x (N, C) entering a quantized linear, in place:
-  // None: nothing; Bf16: round; E4M3Row: quantize-dequantize with one scale per row, RTN.
-  virtual void cast_activations(const Tensor& x, int N, int C, ActCast cast) = 0;
+  // What the forward does to activations x (N, C) entering a quantized linear, written to out
+  // (N, C), which may alias x: None: a copy; Bf16: round; E4M3Row: quantize-dequantize with one
+  // scale per row, RTN.
+  virtual void cast_activations(const Tensor& out, const Tensor& x, int N, int C,
+                                ActCast cast) = 0;
 
   // ---- optimizer ----------------------------------------------------------------------------
   virtual double sum_squares(const Tensor& x, int64_t n) = 0;
@@ -135,6 +168,32 @@ class Backend {
 // The CPU reference backend in fp32 (training) or fp64 (gradient checks).
 std::unique_ptr<Backend> make_cpu_backend(DType dtype = DType::F32);
 // A backend that only records allocations in its ledger (for --plan); no operation may run.
-std::unique_ptr<Backend> make_planning_backend(DType dtype = DType::F32);
+// device "cuda" plans with the CUDA backend's layouts (bf16 activations, lse attention state).
+std::unique_ptr<Backend> make_planning_backend(const std::string& device = "cpu");
+// The CUDA backend (kernels/cuda/cuda_backend.cpp) on the current device. A usage error when
+// this build has no CUDA backend or no CUDA GPU is visible.
+std::unique_ptr<Backend> make_cuda_backend();
+// The backend for a config's `device` (cpu: fp32 reference; cuda: make_cuda_backend).
+std::unique_ptr<Backend> make_backend(const std::string& device);
+
+// A F32, F64 or BF16 tensor copied to the host as floats (logits for sampling, tests).
+inline std::vector<float> to_host_floats(Backend& be, const Tensor& t) {
+  std::vector<float> out(size_t(t.numel()));
+  if (t.dtype == DType::F32) {
+    be.copy_to_host(out.data(), t);
+  } else if (t.dtype == DType::BF16) {
+    std::vector<uint16_t> bits(out.size());
+    be.copy_to_host(bits.data(), t);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(bits[i]);
+  } else if (t.dtype == DType::F64) {
+    std::vector<double> d(out.size());
+    be.copy_to_host(d.data(), t);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = float(d[i]);
+  } else {
+    throw std::invalid_argument(std::string("to_host_floats: unsupported dtype ") +
+                                dtype_name(t.dtype));
+  }
+  return out;
+}
 
 }  // namespace eco

@@ -13,9 +13,15 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
                          const Treatment& treatment)
     : cfg_(cfg), be_(be), table_(build_param_table(cfg)), store_(table_, treatment, be),
       max_batch_(max_batch) {
-  const DType dt = be_.dtype();
+  // Parameters, gradients, saved statistics and losses in dtype(); activations, their gradients
+  // and logits in act_dtype() (bf16 on CUDA).
+  const DType dt = be_.dtype(), at = be_.act_dtype();
   const int64_t B = max_batch, T = cfg.seq_len, N = B * T, C = cfg.d_model, NH = cfg.n_head;
   const int64_t H = cfg.mlp_hidden, FC = cfg.is_llama() ? 2 * H : H, V = cfg.vocab_size;
+  const std::vector<int64_t> att_shape = be_.attention_state_shape(int(B), int(NH), int(T));
+  // The proj linear's input needs its own buffer when the forward casts it: attention_backward
+  // must see the attention output as it was computed.
+  const bool cast_proj_in = store_.treatment().act != ActCast::None;
   grads_ = be_.alloc("grads", {table_.total}, dt, MemCategory::Grads);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string p = fmt::format("h.{}.", l);
@@ -34,35 +40,36 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   tokens_ = be_.alloc("tokens", {N}, DType::I32, MemCategory::Workspace);
   targets_ = be_.alloc("targets", {N}, DType::I32, MemCategory::Workspace);
   losses_ = be_.alloc("losses", {N}, dt, MemCategory::Workspace);
-  encoded_ = be_.alloc("encoded", {N, C}, dt, MemCategory::Activations);
+  encoded_ = be_.alloc("encoded", {N, C}, at, MemCategory::Activations);
   acts_.resize(cfg.n_layer);
   for (int l = 0; l < cfg.n_layer; ++l) {
     auto& a = acts_[l];
-    auto act = [&](const char* what, std::vector<int64_t> shape) {
-      return be_.alloc(fmt::format("h.{}.{}", l, what), std::move(shape), dt,
+    auto act = [&](const char* what, std::vector<int64_t> shape, DType dtype) {
+      return be_.alloc(fmt::format("h.{}.{}", l, what), std::move(shape), dtype,
                        MemCategory::Activations);
     };
-    a.norm1 = act("norm1", {N, C});
-    a.norm1_mean = act("norm1_mean", {N});
-    a.norm1_rstd = act("norm1_rstd", {N});
-    a.qkv = act("qkv", {N, 3 * C});
-    if (cfg.is_llama()) a.qkv_rope = act("qkv_rope", {N, 3 * C});
-    a.att = act("att", {B, NH, T, T});
-    a.atty = act("atty", {N, C});
-    a.resid_mid = act("resid_mid", {N, C});
-    a.norm2 = act("norm2", {N, C});
-    a.norm2_mean = act("norm2_mean", {N});
-    a.norm2_rstd = act("norm2_rstd", {N});
-    a.fc = act("fc", {N, FC});
-    a.act = act("act", {N, H});
-    a.resid_out = act("resid_out", {N, C});
+    a.norm1 = act("norm1", {N, C}, at);
+    a.norm1_mean = act("norm1_mean", {N}, dt);
+    a.norm1_rstd = act("norm1_rstd", {N}, dt);
+    a.qkv = act("qkv", {N, 3 * C}, at);
+    if (cfg.is_llama()) a.qkv_rope = act("qkv_rope", {N, 3 * C}, at);
+    a.att = act("att", att_shape, dt);
+    a.atty = act("atty", {N, C}, at);
+    a.proj_in = cast_proj_in ? act("proj_in", {N, C}, at) : a.atty;
+    a.resid_mid = act("resid_mid", {N, C}, at);
+    a.norm2 = act("norm2", {N, C}, at);
+    a.norm2_mean = act("norm2_mean", {N}, dt);
+    a.norm2_rstd = act("norm2_rstd", {N}, dt);
+    a.fc = act("fc", {N, FC}, at);
+    a.act = act("act", {N, H}, at);
+    a.resid_out = act("resid_out", {N, C}, at);
   }
-  norm_f_ = be_.alloc("norm_f", {N, C}, dt, MemCategory::Activations);
+  norm_f_ = be_.alloc("norm_f", {N, C}, at, MemCategory::Activations);
   norm_f_mean_ = be_.alloc("norm_f_mean", {N}, dt, MemCategory::Activations);
   norm_f_rstd_ = be_.alloc("norm_f_rstd", {N}, dt, MemCategory::Activations);
-  logits_ = be_.alloc("logits", {N, V}, dt, MemCategory::Workspace);
+  logits_ = be_.alloc("logits", {N, V}, at, MemCategory::Workspace);
   auto ws = [&](const char* what, std::vector<int64_t> shape) {
-    return be_.alloc(what, std::move(shape), dt, MemCategory::Workspace);
+    return be_.alloc(what, std::move(shape), at, MemCategory::Workspace);
   };
   d_resid_ = ws("d_resid", {N, C});
   d_norm_ = ws("d_norm", {N, C});
@@ -71,7 +78,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   d_atty_ = ws("d_atty", {N, C});
   d_fc_ = ws("d_fc", {N, FC});
   d_act_ = ws("d_act", {N, H});
-  d_att_scratch_ = ws("d_att_scratch", {B, NH, T, T});
+  d_att_scratch_ = be_.alloc("d_att_scratch", att_shape, dt, MemCategory::Workspace);
   scratch_c_ = ws("scratch_c", {N, C});
 }
 
@@ -85,10 +92,10 @@ int Transformer::index(const std::string& name) const {
   return -1;
 }
 
-void Transformer::linear_forward(const Tensor& out, const Tensor& inp, int w_idx, int b_idx,
-                                 int N, int C, int OC) {
-  be_.cast_activations(inp, N, C, store_.treatment().act);
-  be_.matmul_forward(out, inp, w(w_idx), w(b_idx), N, C, OC);
+void Transformer::linear_forward(const Tensor& out, const Tensor& inp, const Tensor& cast_inp,
+                                 int w_idx, int b_idx, int N, int C, int OC) {
+  be_.cast_activations(cast_inp, inp, N, C, store_.treatment().act);
+  be_.matmul_forward(out, cast_inp, w(w_idx), w(b_idx), N, C, OC);
 }
 
 void Transformer::zero_grad() { be_.zero(grads_); }
@@ -125,23 +132,23 @@ void Transformer::forward(int B, int T) {
     const LayerParams& p = layers_[l];
     LayerActs& a = acts_[l];
     norm_forward(a.norm1, a.norm1_mean, a.norm1_rstd, x, w(p.norm1_w), w(p.norm1_b), N);
-    linear_forward(a.qkv, a.norm1, p.qkv_w, p.qkv_b, N, C, 3 * C);  // (N, 3C)
+    linear_forward(a.qkv, a.norm1, a.norm1, p.qkv_w, p.qkv_b, N, C, 3 * C);  // (N, 3C)
     Tensor qkv = a.qkv;
     if (cfg_.is_llama()) {
       be_.rope_forward(a.qkv_rope, a.qkv, B, T, C, NH, cfg_.rope_theta);
       qkv = a.qkv_rope;
     }
-    be_.attention_forward(a.atty, a.att, qkv, B, T, C, NH);               // (N, C)
-    linear_forward(scratch_c_, a.atty, p.proj_w, p.proj_b, N, C, C);  // (N, C)
+    be_.attention_forward(a.atty, a.att, qkv, B, T, C, NH);                     // (N, C)
+    linear_forward(scratch_c_, a.atty, a.proj_in, p.proj_w, p.proj_b, N, C, C);  // (N, C)
     be_.residual_forward(a.resid_mid, x, scratch_c_, int64_t(N) * C);
     norm_forward(a.norm2, a.norm2_mean, a.norm2_rstd, a.resid_mid, w(p.norm2_w), w(p.norm2_b),
                  N);
-    linear_forward(a.fc, a.norm2, p.fc_w, p.fc_b, N, C, FC);  // (N, FC)
+    linear_forward(a.fc, a.norm2, a.norm2, p.fc_w, p.fc_b, N, C, FC);  // (N, FC)
     if (cfg_.is_llama())
       be_.swiglu_forward(a.act, a.fc, N, H);  // (N, H)
     else
       be_.gelu_forward(a.act, a.fc, int64_t(N) * H);
-    linear_forward(scratch_c_, a.act, p.mlp_proj_w, p.mlp_proj_b, N, H, C);  // (N, C)
+    linear_forward(scratch_c_, a.act, a.act, p.mlp_proj_w, p.mlp_proj_b, N, H, C);  // (N, C)
     be_.residual_forward(a.resid_out, a.resid_mid, scratch_c_, int64_t(N) * C);
     x = a.resid_out;
   }
@@ -198,17 +205,18 @@ void Transformer::backward(int B, int T) {
                   a.norm2_mean, a.norm2_rstd, N);  // d_resid_ = dL/d(resid_mid)
     // Attention branch: resid_mid = x_in + proj(attn(qkv(norm1(x_in)))).
     be_.zero(d_atty_);
-    be_.matmul_backward(d_atty_, g(p.proj_w), g(p.proj_b), d_resid_, a.atty, w(p.proj_w), N, C,
-                        C);
+    be_.matmul_backward(d_atty_, g(p.proj_w), g(p.proj_b), d_resid_, a.proj_in, w(p.proj_w), N,
+                        C, C);
     if (cfg_.is_llama()) {
       be_.zero(d_qkv_rope_);
-      be_.attention_backward(d_qkv_rope_, d_att_scratch_, d_atty_, a.qkv_rope, a.att, B, T, C,
-                             NH);
+      be_.attention_backward(d_qkv_rope_, d_att_scratch_, d_atty_, a.qkv_rope, a.atty, a.att, B,
+                             T, C, NH);
       be_.zero(d_qkv_);
       be_.rope_backward(d_qkv_, d_qkv_rope_, B, T, C, NH, cfg_.rope_theta);
     } else {
       be_.zero(d_qkv_);
-      be_.attention_backward(d_qkv_, d_att_scratch_, d_atty_, a.qkv, a.att, B, T, C, NH);
+      be_.attention_backward(d_qkv_, d_att_scratch_, d_atty_, a.qkv, a.atty, a.att, B, T, C,
+                             NH);
     }
     be_.zero(d_norm_);
     be_.matmul_backward(d_norm_, g(p.qkv_w), g(p.qkv_b), d_qkv_, a.norm1, w(p.qkv_w), N, C,

@@ -51,8 +51,9 @@ class Transformer {
     Tensor norm1, norm1_mean, norm1_rstd;  // (N, C), (N), (N)
     Tensor qkv;                            // (N, 3C) projection output
     Tensor qkv_rope;                       // (N, 3C) after RoPE (llama only)
-    Tensor att;                            // (B, NH, T, T) softmax probabilities
+    Tensor att;                            // attention_state_shape: saved for backward
     Tensor atty;                           // (N, C) attention output
+    Tensor proj_in;                        // (N, C) atty as the proj linear sees it (cast)
     Tensor resid_mid;                      // (N, C) x + attn
     Tensor norm2, norm2_mean, norm2_rstd;  // (N, C), (N), (N)
     Tensor fc;                             // (N, H) gpt2 / (N, 2H) llama
@@ -72,9 +73,11 @@ class Transformer {
   int index(const std::string& name) const;  // -1 when absent
   Tensor w(int i) { return i < 0 ? Tensor{} : store_.compute(size_t(i)); }  // compute view
   Tensor g(int i) const { return i < 0 ? Tensor{} : grad(size_t(i)); }
-  // A matmul whose input is cast as the treatment's forward does for quantized linears.
-  void linear_forward(const Tensor& out, const Tensor& inp, int w_idx, int b_idx, int N, int C,
-                      int OC);
+  // out = cast(inp) @ w^T + b, the input cast as the treatment's forward does for quantized
+  // linears; the cast input is written to cast_inp (inp itself: cast in place), which is what the
+  // linear's backward must see.
+  void linear_forward(const Tensor& out, const Tensor& inp, const Tensor& cast_inp, int w_idx,
+                      int b_idx, int N, int C, int OC);
 
   ModelConfig cfg_;
   Backend& be_;
@@ -89,7 +92,7 @@ class Transformer {
   std::vector<LayerActs> acts_;
   Tensor norm_f_, norm_f_mean_, norm_f_rstd_;
   Tensor logits_;              // (N, V); holds dlogits after the loss with gradient
-  // backward scratch, shared by all layers
+  // backward scratch, shared by all layers (act_dtype; d_att_scratch_ in dtype)
   Tensor d_resid_, d_norm_, d_qkv_, d_qkv_rope_, d_atty_, d_fc_, d_act_, d_att_scratch_,
       scratch_c_;
 };

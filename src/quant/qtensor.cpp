@@ -62,14 +62,8 @@ int64_t num_scales(Granularity g, int64_t rows, int64_t cols) {
   return scale_group_count(g, rows, cols);
 }
 
-int64_t scale_index(Granularity g, int64_t rows, int64_t cols, int64_t r, int64_t c) {
-  switch (g) {
-    case Granularity::PerRow: return r;
-    case Granularity::PerTensor: return 0;
-    case Granularity::Block128:
-      return (r / kBlock) * ceil_div(cols, kBlock) + c / kBlock;
-  }
-  return 0;
+int64_t scale_index(Granularity g, int64_t /*rows*/, int64_t cols, int64_t r, int64_t c) {
+  return scale_group_index(g, cols, r, c);
 }
 
 const char* granularity_name(Granularity g) {

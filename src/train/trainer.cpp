@@ -49,7 +49,7 @@ nlohmann::json memory_json(const MemoryLedger& ledger, int64_t params, int64_t q
 
 Trainer::Trainer(const Config& cfg) : cfg_(cfg) {
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
-  backend_ = make_cpu_backend(DType::F32);
+  backend_ = make_backend(cfg_.device);
   model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
                                          treatment_from_name(cfg_.precision.treatment));
   opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed);
@@ -111,13 +111,12 @@ std::string Trainer::sample(int n_tokens, uint64_t seed) {
   std::vector<int32_t> in(size_t(cfg_.train.batch_size) * T), tgt(in.size());
   (val_data_ ? *val_data_ : *train_data_).batch(0, in.data(), tgt.data());
   std::vector<int32_t> seq = {in[0]};
-  std::vector<float> logits(static_cast<size_t>(V));
   const float inv_temp = float(1.0 / cfg_.train.sample_temperature);
   for (int i = 0; i < n_tokens; ++i) {
     const int ctx = std::min<int>(int(seq.size()), T);
     const int32_t* window = seq.data() + seq.size() - ctx;
     const Tensor& lg = model_->forward_logits(window, 1, ctx);
-    backend_->copy_to_host(logits.data(), lg.slice(int64_t(ctx - 1) * V, {V}));
+    std::vector<float> logits = to_host_floats(*backend_, lg.slice(int64_t(ctx - 1) * V, {V}));
     const float mx = *std::max_element(logits.begin(), logits.end());
     double total = 0;
     for (auto& l : logits) total += (l = std::exp((l - mx) * inv_temp));
@@ -214,9 +213,9 @@ int Trainer::run(const RunOptions& opts) {
   const int B = tc.batch_size, T = cfg_.model.seq_len;
   const int64_t tok_per_step = cfg_.tokens_per_step();
   const auto floor = train_data_->entropy_floor_nats();
-  spdlog::info("model: {} family, {} layers, d_model {}, {} heads, {} parameters",
+  spdlog::info("model: {} family, {} layers, d_model {}, {} heads, {} parameters; backend {}",
                cfg_.model.family, cfg_.model.n_layer, cfg_.model.d_model, cfg_.model.n_head,
-               model_->table().total);
+               model_->table().total, backend_->name());
   spdlog::info("data: {}", train_data_->describe());
   if (floor) spdlog::info("synthetic corpus entropy floor: {:.4f} nats/token", *floor);
   spdlog::info("training {} steps of {} tokens ({} x {} x {} accum), {} threads", total,
@@ -326,7 +325,7 @@ int Trainer::run(const RunOptions& opts) {
 }
 
 std::string plan_report(const Config& cfg) {
-  auto be = make_planning_backend(DType::F32);
+  auto be = make_planning_backend(cfg.device);
   Transformer model(cfg.model, *be, cfg.train.batch_size,
                     treatment_from_name(cfg.precision.treatment));
   Optimizer opt(cfg.optim, model);

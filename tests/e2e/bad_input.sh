@@ -15,6 +15,10 @@ expect_error 2 "d_model 30 is not divisible by n_head 4" -- "$ECO_TRAIN" good.ya
 expect_error 2 "exceeds the position table" -- "$ECO_TRAIN" good.yaml --set model.max_seq_len=8
 expect_error 2 "no-such.yaml: cannot open config file" -- "$ECO_TRAIN" no-such.yaml
 expect_error 2 "unknown option '--frobnicate'" -- "$ECO_TRAIN" good.yaml --frobnicate
+# device: cuda without a GPU (or in a build without the CUDA backend) names the reason.
+if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+  expect_error 2 "device: cuda" -- "$ECO_TRAIN" good.yaml --set device=cuda
+fi
 
 # -- data ------------------------------------------------------------------------------------
 shard_config() {

@@ -29,19 +29,8 @@ using gputest::randn;
 using gputest::to_device;
 using gputest::to_host;
 
-// The CPU backend's AdamWStep -> AdamWCoeffs (kernels/cpu/cpu_backend.cpp): bias corrections
-// in double, rounded once. A CUDA backend must derive them the same way to stay bit-identical.
-AdamWCoeffs adamw_coeffs(const AdamWStep& s) {
-  return {s.lr,
-          s.beta1,
-          s.beta2,
-          s.eps,
-          s.weight_decay,
-          s.grad_scale,
-          float(1.0 - std::pow(double(s.beta1), double(s.t))),
-          float(1.0 - std::pow(double(s.beta2), double(s.t)))};
-}
-SgdmCoeffs sgdm_coeffs(const SgdmStep& s) { return {s.lr, s.beta, s.weight_decay, s.grad_scale}; }
+// AdamWStep -> AdamWCoeffs and SgdmStep -> SgdmCoeffs: adamw_coeffs / sgdm_coeffs from
+// model/backend.h, which both backends use (bias corrections in double, rounded once).
 
 // Every element's bits equal; on failure names the first differing index and how many differ.
 template <class T>

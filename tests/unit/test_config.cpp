@@ -296,8 +296,14 @@ TEST(ConfigError, ShardSourceNeedsDataTrain) {
   expect_config_error("train: {max_steps: 10}\n", {kOrigin, "data.train"});  // shards is the default
 }
 
-TEST(ConfigError, CudaDeviceIsRefusedUntilTheBackendExists) {
-  expect_config_error(base_yaml("device: cuda\n"), {kOrigin, "device", "CUDA", "not available"});
+// The config accepts device: cuda; whether this build and machine can run it is the trainer's
+// question (test_device.cpp).
+TEST(Config, CudaDeviceIsAccepted) {
+  EXPECT_EQ(parse(base_yaml("device: cuda\n")).device, "cuda");
+}
+
+TEST(ConfigError, DeviceOtherThanCpuOrCudaIsRefused) {
+  expect_config_error(base_yaml("device: tpu\n"), {kOrigin, "device", "'tpu'"});
 }
 
 TEST(ConfigError, TreatmentOtherThanFp32IsRefused) {

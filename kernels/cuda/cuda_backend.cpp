@@ -1,0 +1,378 @@
+// The CUDA Backend: bf16 activations (and their gradients, and logits), fp32 parameters,
+// gradients, optimizer state and saved statistics; every operation is one or a few launches of
+// the kernels in kernels/cuda on one stream, the GEMMs through one GemmEngine (cuBLASLt).
+// Host code, compiled by the host compiler (so it may use fmt through core/error.h).
+//
+// Weights reach the GEMMs as the fp32 tensors ParamStore's compute view gives (the parameter,
+// its bf16-rounded master, or its dequantized codes) and are converted to bf16 into a scratch
+// before each GEMM; the GEMMs run bf16 x bf16 with fp32 accumulation and fp32 weight gradients.
+// (The FP8 forward GEMM on the codes, GemmEngine::matmul_forward_fp8, is not wired in yet: the
+// FP8 treatments' forward here is the emulation the CPU runs, on bf16 operands.)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/common/format_quantizer.h"
+#include "kernels/cuda/activations.cuh"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/classifier.cuh"
+#include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/norms.cuh"
+#include "kernels/cuda/optimizer_update.cuh"
+#include "kernels/cuda/quantize.cuh"
+#include "kernels/cuda/reductions.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "model/backend.h"
+
+namespace eco {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cuda::DeviceBuffer;
+
+struct StreamDeleter {
+  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+};
+using Stream = std::unique_ptr<CUstream_st, StreamDeleter>;
+
+Stream make_stream() {
+  cudaStream_t s = nullptr;
+  // A blocking stream: it also orders against anything that runs on the legacy default stream.
+  ECO_CHECK_CUDA(cudaStreamCreate(&s));
+  return Stream(s);
+}
+
+// A device scratch that grows to the largest request and records its growth in the ledger.
+class GrowingScratch {
+ public:
+  GrowingScratch(std::string name, size_t elem_bytes) : name_(std::move(name)), elem_(elem_bytes) {}
+  // At least n elements; waits for the stream's queued work before replacing a smaller buffer.
+  template <class T>
+  T* get(size_t n, cudaStream_t s, MemoryLedger& ledger) {
+    const size_t bytes = std::max<size_t>(n, 1) * elem_;
+    if (bytes > buf_.bytes()) {
+      ECO_CHECK_CUDA(cudaStreamSynchronize(s));
+      const size_t old = buf_.bytes();
+      buf_ = DeviceBuffer();
+      buf_ = DeviceBuffer(bytes);
+      ledger.record(name_ + (old ? " (growth)" : ""), MemCategory::Workspace, bytes - old);
+    }
+    return buf_.get<T>();
+  }
+
+ private:
+  std::string name_;
+  size_t elem_;
+  DeviceBuffer buf_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() : stream_(make_stream()) {
+    ledger_.record("cublaslt workspace", MemCategory::Workspace,
+                   cuda::GemmEngine::kWorkspaceBytes);
+    const size_t ss_bytes = sizeof(double) * (cuda::kSumSquaresScratch + 1);
+    sum_squares_ = alloc_raw("sum_squares scratch", ss_bytes);
+    ledger_.record("sum_squares scratch", MemCategory::Workspace, ss_bytes);
+  }
+  ~CudaBackend() override { cudaStreamSynchronize(stream_.get()); }
+
+  std::string name() const override { return "cuda"; }
+  DType dtype() const override { return DType::F32; }
+  DType act_dtype() const override { return DType::BF16; }
+  std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
+    return {B, NH, Tn};
+  }
+  void synchronize() override { ECO_CHECK_CUDA(cudaStreamSynchronize(s())); }
+
+  // ---- memory -------------------------------------------------------------------------------
+  Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
+               MemCategory category, bool quantizable_param) override {
+    Tensor t;
+    t.shape = std::move(shape);
+    t.dtype = dtype;
+    t.data = alloc_raw(name, t.bytes());
+    ledger_.record(name, category, t.bytes(), quantizable_param);
+    return t;
+  }
+  void zero(const Tensor& t) override {
+    ECO_CHECK_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), s()));
+  }
+  void copy_from_host(const Tensor& dst, const void* src) override {
+    ECO_CHECK_CUDA(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, s()));
+    synchronize();
+  }
+  void copy_to_host(void* dst, const Tensor& src) override {
+    ECO_CHECK_CUDA(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, s()));
+    synchronize();
+  }
+
+  // ---- layers ---------------------------------------------------------------------------------
+  void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias,
+                      int N, int C, int OC) override {
+    gemm_.matmul_forward(bf(out), bf(inp), weight_bf16(w, int64_t(OC) * C), f32(bias), N, C, OC,
+                         s());
+  }
+  // dinp accumulates (beta = 1), as the interface's every backward does.
+  void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                       const Tensor& dout, const Tensor& inp, const Tensor& w, int N, int C,
+                       int OC) override {
+    const bf16* wb = dinp.empty() ? nullptr : weight_bf16(w, int64_t(OC) * C);
+    gemm_.matmul_backward(bf(dinp), f32(dw), f32(dbias), bf(dout), bf(inp), wb, N, C, OC,
+                          /*accumulate_dinp=*/true, s());
+  }
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                         const Tensor& wpe, int B, int Tn, int C) override {
+    ECO_CHECK_CUDA(cuda::embedding_forward(bf(out), i32(tokens), f32(wte), f32(wpe), B, Tn, C, s()));
+  }
+  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                          const Tensor& tokens, int B, int Tn, int C) override {
+    ECO_CHECK_CUDA(
+        cuda::embedding_backward(f32(dwte), f32(dwpe), bf(dout), i32(tokens), B, Tn, C, s()));
+  }
+  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& inp, const Tensor& w, const Tensor& b, int N, int C,
+                         float eps) override {
+    ECO_CHECK_CUDA(cuda::layernorm_forward(bf(out), f32(mean), f32(rstd), bf(inp), f32(w), f32(b),
+                                           N, C, eps, s()));
+  }
+  void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db,
+                          const Tensor& dout, const Tensor& inp, const Tensor& w,
+                          const Tensor& mean, const Tensor& rstd, int N, int C) override {
+    float* scratch = scratch_f32(cuda::norm_backward_scratch_floats(C));
+    ECO_CHECK_CUDA(cuda::layernorm_backward(bf(dinp), f32(dw), f32(db), bf(dout), bf(inp), f32(w),
+                                            f32(mean), f32(rstd), N, C, scratch, s()));
+  }
+  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
+                       int N, int C, float eps) override {
+    ECO_CHECK_CUDA(cuda::rmsnorm_forward(bf(out), f32(rstd), bf(inp), f32(w), N, C, eps, s()));
+  }
+  void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
+                        const Tensor& w, const Tensor& rstd, int N, int C) override {
+    float* scratch = scratch_f32(cuda::norm_backward_scratch_floats(C));
+    ECO_CHECK_CUDA(cuda::rmsnorm_backward(bf(dinp), f32(dw), bf(dout), bf(inp), f32(w), f32(rstd),
+                                          N, C, scratch, s()));
+  }
+  void rope_forward(const Tensor& out, const Tensor& inp, int B, int Tn, int C, int NH,
+                    float theta) override {
+    ECO_CHECK_CUDA(cuda::rope_forward(bf(out), bf(inp), B, Tn, C, NH, theta, s()));
+  }
+  void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int Tn, int C, int NH,
+                     float theta) override {
+    ECO_CHECK_CUDA(cuda::rope_backward(bf(dinp), bf(dout), B, Tn, C, NH, theta, s()));
+  }
+  // att_state: the log-sum-exp (B, NH, T) fp32; the probabilities are never stored.
+  void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
+                         int Tn, int C, int NH) override {
+    ECO_CHECK_CUDA(cuda::attention_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH, s()));
+  }
+  void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
+                          const Tensor& qkv, const Tensor& out, const Tensor& att_state, int B,
+                          int Tn, int C, int NH) override {
+    ECO_CHECK_CUDA(cuda::attention_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
+                                            f32(att_state), B, Tn, C, NH, s()));
+  }
+  void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) override {
+    ECO_CHECK_CUDA(cuda::gelu_forward(bf(out), bf(inp), n, s()));
+  }
+  void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout,
+                     int64_t n) override {
+    ECO_CHECK_CUDA(cuda::gelu_backward(bf(dinp), bf(inp), bf(dout), n, s()));
+  }
+  void swiglu_forward(const Tensor& out, const Tensor& inp, int N, int H) override {
+    ECO_CHECK_CUDA(cuda::swiglu_forward(bf(out), bf(inp), N, H, s()));
+  }
+  void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
+                       int H) override {
+    ECO_CHECK_CUDA(cuda::swiglu_backward(bf(dinp), bf(dout), bf(inp), N, H, s()));
+  }
+  void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, int64_t n) override {
+    ECO_CHECK_CUDA(cuda::residual_forward(bf(out), bf(a), bf(b), n, s()));
+  }
+  void accumulate(const Tensor& dst, const Tensor& src, int64_t n) override {
+    ECO_CHECK_CUDA(cuda::accumulate(bf(dst), bf(src), n, s()));
+  }
+  void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
+                                     const Tensor& logits, const Tensor& targets, int N, int V,
+                                     float dloss) override {
+    ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(f32(losses), bf(dlogits), bf(logits),
+                                                       i32(targets), N, V, dloss, s()));
+  }
+
+  // ---- quantization ---------------------------------------------------------------------------
+  void dequantize(const Tensor& out, const QTensor& q) override {
+    ECO_ASSERT(out.numel() == q.numel(), "dequantize of a ({}, {}) QTensor into {} elements",
+               q.rows, q.cols, out.numel());
+    ECO_CHECK_CUDA(cuda::dequantize(f32(out), codes(q), q.scales.as<float>(), q.rows, q.cols,
+                                    q.format, q.granularity, s()));
+  }
+  void quantize(QTensor& q, const Tensor& src, Rounding rounding, uint64_t seed, uint64_t step,
+                uint32_t tensor_id) override {
+    ECO_ASSERT(src.numel() == q.numel(), "quantize of {} elements into a ({}, {}) QTensor",
+               src.numel(), q.rows, q.cols);
+    ECO_ASSERT(!(q.format == QFormat::INT4 && q.granularity == Granularity::PerRow && q.cols % 2),
+               "INT4 with per-row scales needs an even number of columns on CUDA, not {}", q.cols);
+    float* scratch = scratch_f32(size_t(cuda::quantize_scratch_floats(q.rows, q.cols, q.granularity)));
+    ECO_CHECK_CUDA(cuda::quantize_matrix(f32(src), codes(q), q.scales.as<float>(), q.rows, q.cols,
+                                         q.format, q.granularity, rounding, seed, step, tensor_id,
+                                         scratch, s()));
+  }
+  void round_to_bf16(const Tensor& out, const Tensor& in, int64_t n) override {
+    ECO_CHECK_CUDA(cuda::round_to_bf16_f32(f32(out), f32(in), n, s()));
+  }
+  // Activations are bf16 already: the Bf16 cast is the identity here.
+  void cast_activations(const Tensor& out, const Tensor& x, int N, int C, ActCast cast) override {
+    if (cast == ActCast::E4M3Row) {
+      ECO_CHECK_CUDA(cuda::cast_e4m3_rows(bf(out), bf(x), N, C, s()));
+    } else if (out.data != x.data) {
+      ECO_CHECK_CUDA(cudaMemcpyAsync(bf(out), bf(x), sizeof(bf16) * size_t(N) * size_t(C),
+                                     cudaMemcpyDeviceToDevice, s()));
+    }
+  }
+
+  // ---- optimizer ----------------------------------------------------------------------------
+  double sum_squares(const Tensor& x, int64_t n) override {
+    double* out = static_cast<double*>(sum_squares_);
+    ECO_CHECK_CUDA(cuda::sum_squares(out, f32(x), n, out + 1, s()));
+    double h = 0;
+    ECO_CHECK_CUDA(cudaMemcpyAsync(&h, out, sizeof h, cudaMemcpyDeviceToHost, s()));
+    synchronize();
+    return h;
+  }
+  void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    int64_t n, const AdamWStep& st) override {
+    ECO_CHECK_CUDA(cuda::fp32_adamw_update(f32(param), f32(grad), f32(m), f32(v), n,
+                                           adamw_coeffs(st), s()));
+  }
+  void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
+                   const SgdmStep& st) override {
+    ECO_CHECK_CUDA(
+        cuda::fp32_sgdm_update(f32(param), f32(grad), f32(m), n, sgdm_coeffs(st), s()));
+  }
+  void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
+                              const Tensor& m, const Tensor& v, const AdamWStep& st,
+                              const QuantizedStep& qs) override {
+    quantized_update(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
+      return cuda::quantized_adamw_update(adamw_coeffs(st), quantizer(q, qs), qs.policy, b,
+                                          q.scales.as<float>(), q.rows, q.cols, q.granularity,
+                                          scratch, s());
+    });
+  }
+  void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
+                             const Tensor& m, const SgdmStep& st,
+                             const QuantizedStep& qs) override {
+    quantized_update(q, master, grad, m, Tensor{}, qs, [&](const auto& b, float* scratch) {
+      return cuda::quantized_sgdm_update(sgdm_coeffs(st), quantizer(q, qs), qs.policy, b,
+                                         q.scales.as<float>(), q.rows, q.cols, q.granularity,
+                                         scratch, s());
+    });
+  }
+
+ private:
+  cudaStream_t s() const { return stream_.get(); }
+
+  // Zero-filled device memory owned by the backend (not recorded: callers record it).
+  void* alloc_raw(const std::string& name, size_t bytes) {
+    bytes = std::max<size_t>(bytes, 1);
+    try {
+      buffers_.emplace_back(bytes);
+    } catch (const Error& e) {
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      runtime_error("allocating {} ({} bytes) on the GPU ({} MiB free of {} MiB): {}", name, bytes,
+                    free_b >> 20, total_b >> 20, e.what());
+    }
+    void* p = buffers_.back().get();
+    ECO_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, s()));
+    return p;
+  }
+
+  // Typed device pointers, checking the dtype the kernels expect (null for an empty tensor).
+  template <class T>
+  static T* typed(const Tensor& t, DType want) {
+    if (t.empty()) return nullptr;
+    ECO_ASSERT(t.dtype == want, "tensor of {} where the CUDA backend expects {}",
+               dtype_name(t.dtype), dtype_name(want));
+    return t.as<T>();
+  }
+  static bf16* bf(const Tensor& t) { return typed<bf16>(t, DType::BF16); }
+  static float* f32(const Tensor& t) { return typed<float>(t, DType::F32); }
+  static const int32_t* i32(const Tensor& t) { return typed<int32_t>(t, DType::I32); }
+  static uint8_t* codes(const QTensor& q) { return typed<uint8_t>(q.codes, DType::U8); }
+
+  float* scratch_f32(size_t n) { return scratch_f32_.get<float>(n, s(), ledger_); }
+
+  // The bf16 copy of an fp32 weight (n elements) for the next GEMM on the stream.
+  const bf16* weight_bf16(const Tensor& w, int64_t n) {
+    ECO_ASSERT(w.numel() == n, "weight of {} elements where the GEMM reads {}", w.numel(), n);
+    bf16* out = weight_bf16_.get<bf16>(size_t(n), s(), ledger_);
+    ECO_CHECK_CUDA(cuda::f32_to_bf16(out, f32(w), n, s()));
+    return out;
+  }
+
+  static FormatQuantizer quantizer(const QTensor& q, const QuantizedStep& qs) {
+    return FormatQuantizer{q.format, qs.rounding, qs.seed, qs.step, qs.tensor_id};
+  }
+
+  // Builds the update's buffers for the state dtype (fp32 or bf16 bits) and runs `launch`.
+  template <class Launch>
+  void quantized_update(QTensor& q, const Tensor& master, const Tensor& grad, const Tensor& m,
+                        const Tensor& v, const QuantizedStep& qs, Launch launch) {
+    ECO_ASSERT(grad.numel() == q.numel() && m.numel() == q.numel(),
+               "quantized update: grad {} / m {} elements for a ({}, {}) QTensor", grad.numel(),
+               m.numel(), q.rows, q.cols);
+    ECO_ASSERT(qs.policy != UpdatePolicy::Master || !master.empty(),
+               "Master policy without a master weight");
+    float* scratch = scratch_f32(
+        size_t(cuda::quantized_update_scratch_floats(q.rows, q.cols, q.format, q.granularity)));
+    if (m.dtype == DType::BF16) {
+      const QuantizedUpdateBuffers<uint16_t> b{codes(q), f32(master), f32(grad),
+                                               typed<uint16_t>(m, DType::BF16),
+                                               typed<uint16_t>(v, DType::BF16)};
+      ECO_CHECK_CUDA(launch(b, scratch));
+    } else {
+      const QuantizedUpdateBuffers<float> b{codes(q), f32(master), f32(grad), f32(m), f32(v)};
+      ECO_CHECK_CUDA(launch(b, scratch));
+    }
+  }
+
+  // Declaration order is destruction order reversed: buffers go before the engine and the stream.
+  Stream stream_;
+  cuda::GemmEngine gemm_;
+  std::vector<DeviceBuffer> buffers_;
+  void* sum_squares_ = nullptr;  // 1 + kSumSquaresScratch doubles: the result, then the partials
+  GrowingScratch scratch_f32_{"cuda scratch (fp32)", sizeof(float)};
+  GrowingScratch weight_bf16_{"bf16 weight for the GEMMs", sizeof(bf16)};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the sticky error of a missing driver / device
+    usage_error("device: cuda but no CUDA GPU is visible ({})",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  }
+  int dev = 0;
+  ECO_CHECK_CUDA(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  ECO_CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
+  spdlog::info("CUDA device {}: {}, sm_{}{}, {} SMs, {:.0f} GiB", dev, prop.name, prop.major,
+               prop.minor, prop.multiProcessorCount, double(prop.totalGlobalMem) / (1 << 30));
+  return std::make_unique<CudaBackend>();
+}
+
+}  // namespace eco

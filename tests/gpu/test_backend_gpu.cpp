@@ -1,0 +1,175 @@
+// The CUDA backend's operations that have no kernel test of their own (quantize with every
+// granularity, dequantize, the fp32 -> bf16 weight rounding, the activation casts, sum_squares)
+// against the CPU reference, through the Backend interface as the model calls them.
+// Bit-identical where both run the same kernels/common element math in the same order; the
+// E4M3 activation cast equals the CPU cast of the same (bf16) values, rounded once to bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "core/rng.h"
+#include "gpu_test.h"
+#include "kernels/common/bf16.h"
+#include "kernels/cuda/convert.cuh"
+#include "model/backend.h"
+#include "quant/qtensor.h"
+
+namespace eco {
+namespace {
+
+template <class T>
+std::vector<T> download(Backend& be, const Tensor& t) {
+  std::vector<T> h(size_t(t.numel()));
+  be.copy_to_host(h.data(), t);
+  return h;
+}
+
+template <class T>
+Tensor upload(Backend& be, const std::vector<T>& h, DType dtype, std::vector<int64_t> shape) {
+  Tensor t = be.alloc("test", std::move(shape), dtype, MemCategory::Workspace);
+  be.copy_from_host(t, h.data());
+  return t;
+}
+
+// Bit equality of two float vectors (NaNs included), naming the first difference.
+::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs " << b[i];
+  return ::testing::AssertionSuccess();
+}
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+TEST(GpuBackend, QuantizeAndDequantizeAreBitIdenticalToCpuForEveryGranularity) {
+  ECO_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  const Shape shapes[] = {{1, 16}, {3, 40}, {130, 257}, {256, 384}};
+  uint64_t seed = 5;
+  for (QFormat f : {QFormat::E4M3, QFormat::E5M2, QFormat::INT8, QFormat::INT4})
+    for (Granularity g : {Granularity::PerRow, Granularity::PerTensor, Granularity::Block128})
+      for (Rounding r : {Rounding::RTN, Rounding::SR})
+        for (const Shape& s : shapes) {
+          if (f == QFormat::INT4 && g == Granularity::PerRow && s.cols % 2) continue;  // refused
+          const int64_t n = s.rows * s.cols;
+          auto x = gputest::randn(size_t(n), ++seed, 0.05f);
+          x[size_t(n / 2)] = 0.0f;
+          std::vector<uint8_t> codes(size_t(code_bytes(f, n)));
+          std::vector<float> scales(size_t(num_scales(g, s.rows, s.cols)));
+          std::vector<float> ref(static_cast<size_t>(n));
+          QTensor qc = qtensor_view(f, g, s.rows, s.cols, codes.data(), scales.data());
+          quantize(x.data(), qc, r, 7, 3, 11);
+          dequantize(qc, ref.data());
+
+          QTensor q;
+          q.format = f;
+          q.granularity = g;
+          q.rows = s.rows;
+          q.cols = s.cols;
+          q.codes = gpu->alloc("codes", {int64_t(codes.size())}, DType::U8, MemCategory::QuantCodes);
+          q.scales = gpu->alloc("scales", {int64_t(scales.size())}, DType::F32, MemCategory::Scales);
+          const Tensor src = upload(*gpu, x, DType::F32, {s.rows, s.cols});
+          gpu->quantize(q, src, r, 7, 3, 11);
+          const Tensor out = gpu->alloc("out", {s.rows, s.cols}, DType::F32, MemCategory::Workspace);
+          gpu->dequantize(out, q);
+          const auto what = ::testing::Message()
+                            << qformat_name(f) << " " << granularity_name(g) << " "
+                            << (r == Rounding::SR ? "SR" : "RTN") << " " << s.rows << "x" << s.cols;
+          EXPECT_EQ(download<uint8_t>(*gpu, q.codes), codes) << what;
+          EXPECT_TRUE(same_bits(download<float>(*gpu, q.scales), scales)) << what;
+          EXPECT_TRUE(same_bits(download<float>(*gpu, out), ref)) << what;
+        }
+}
+
+TEST(GpuBackend, RoundToBf16IsBitIdenticalToCpu) {
+  ECO_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  auto cpu = make_cpu_backend();
+  auto x = gputest::randn(10007, 3, 3.0f);
+  x[0] = std::numeric_limits<float>::quiet_NaN();
+  x[1] = std::numeric_limits<float>::infinity();
+  x[2] = 3.4e38f;  // rounds up to inf
+  x[3] = -1e-40f;  // subnormal
+  const int64_t n = int64_t(x.size());
+  const Tensor g = upload(*gpu, x, DType::F32, {n});
+  const Tensor c = upload(*cpu, x, DType::F32, {n});
+  gpu->round_to_bf16(g, g, n);  // in place, as ParamStore may
+  cpu->round_to_bf16(c, c, n);
+  EXPECT_TRUE(same_bits(download<float>(*gpu, g), download<float>(*cpu, c)));
+}
+
+// The activations are bf16 on the GPU: the E4M3 row cast of those values must equal the CPU cast
+// of the same values (fp32), rounded to bf16; None and Bf16 are copies (bf16 is exact already).
+TEST(GpuBackend, ActivationCastsMatchTheCpuCastOfTheSameBf16Values) {
+  ECO_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  auto cpu = make_cpu_backend();
+  for (const Shape& s : {Shape{1, 7}, Shape{5, 37}, Shape{64, 768}, Shape{3, 3000}}) {
+    const int N = int(s.rows), C = int(s.cols);
+    const size_t n = size_t(N) * C;
+    const auto x = gputest::randn(n, 40 + n, 4.0f);
+    std::vector<uint16_t> bits(n);
+    std::vector<float> vals(n);
+    for (size_t i = 0; i < n; ++i) {
+      bits[i] = float_to_bf16(x[i]);
+      vals[i] = bf16_to_float(bits[i]);
+    }
+    const Tensor xc = upload(*cpu, vals, DType::F32, {N, C});
+    cpu->cast_activations(xc, xc, N, C, ActCast::E4M3Row);
+    std::vector<uint16_t> want(n);
+    const auto cast = download<float>(*cpu, xc);
+    for (size_t i = 0; i < n; ++i) want[i] = float_to_bf16(cast[i]);
+
+    const Tensor xg = upload(*gpu, bits, DType::BF16, {N, C});
+    const Tensor out = gpu->alloc("out", {N, C}, DType::BF16, MemCategory::Workspace);
+    gpu->cast_activations(out, xg, N, C, ActCast::E4M3Row);  // out of place
+    EXPECT_EQ(download<uint16_t>(*gpu, out), want) << N << "x" << C;
+    gpu->cast_activations(xg, xg, N, C, ActCast::E4M3Row);  // in place
+    EXPECT_EQ(download<uint16_t>(*gpu, xg), want) << N << "x" << C << " in place";
+
+    const Tensor y = upload(*gpu, bits, DType::BF16, {N, C});
+    for (ActCast a : {ActCast::None, ActCast::Bf16}) {
+      gpu->zero(out);
+      gpu->cast_activations(out, y, N, C, a);
+      EXPECT_EQ(download<uint16_t>(*gpu, out), bits) << N << "x" << C;
+    }
+  }
+}
+
+// bf16 -> fp32 is exact: every bit pattern, NaNs and infinities included.
+TEST(GpuConvert, Bf16ToF32WidensEveryBitPatternExactly) {
+  ECO_REQUIRE_GPU();
+  std::vector<uint16_t> bits(1 << 16);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = uint16_t(i);
+  std::vector<float> want(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) want[i] = bf16_to_float(bits[i]);
+  const auto d_in = gputest::to_device(bits);
+  cuda::DeviceBuffer d_out(want.size() * sizeof(float));
+  gputest::poison(d_out);
+  ECO_CHECK_CUDA(cuda::bf16_to_f32(d_out.get<float>(), d_in.get<__nv_bfloat16>(),
+                                   int64_t(bits.size())));
+  EXPECT_TRUE(same_bits(gputest::to_host<float>(d_out, want.size()), want));
+}
+
+TEST(GpuBackend, SumSquaresMatchesCpuInDouble) {
+  ECO_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  auto cpu = make_cpu_backend();
+  for (int64_t n : {int64_t(1), int64_t(1000), int64_t(3) << 20}) {
+    const auto x = gputest::randn(size_t(n), 77 + uint64_t(n));
+    const double g = gpu->sum_squares(upload(*gpu, x, DType::F32, {n}), n);
+    const double c = cpu->sum_squares(upload(*cpu, x, DType::F32, {n}), n);
+    EXPECT_NEAR(g, c, 1e-12 * c) << n;  // double sums of fp32 squares in another order
+  }
+}
+
+}  // namespace
+}  // namespace eco

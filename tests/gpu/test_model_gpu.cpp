@@ -1,0 +1,238 @@
+// The whole model on the CUDA backend against the CPU reference backend, from identical weights
+// and data: one forward + backward (both block families), and 20 training steps under each
+// precision treatment the GPU runs first; then the trainer end to end on the GPU (checkpoint,
+// resume, samples). Host code only (the CUDA backend is behind model/backend.h), so it is a .cpp
+// compiled by the host compiler.
+//
+// Tolerances (norm-wise relative error, gputest::rel_err; NaN/inf never pass):
+//  - Loss after one forward: 1e-2 relative. The CUDA backend stores every activation in bf16
+//    (unit roundoff 2^-9: ~2e-3 norm-wise per rounding) where the reference keeps fp32; a 2-layer
+//    forward rounds ~15 times along any path, and most of that is averaged away in the mean
+//    loss (observed scale ~1e-3), so 1e-2 leaves room for nothing but bf16 storage.
+//  - Logits and every parameter gradient: 3e-2. The backward adds ~20 more bf16 roundings (the
+//    activation gradients are bf16 too, dlogits included) on top of the forward's, and a
+//    parameter gradient is a sum over 128 tokens of products of two such quantities; relative
+//    errors of ~1e-2 are expected for the smallest gradients (norm gains, biases). A wrong term
+//    (a missing accumulate, a transposed operand) gives O(1).
+//  - 20 training steps: every step's loss within 2e-2 relative. The trajectories start equal and
+//    drift apart: Adam's first steps are ~lr * sign(g), so gradient components that are mostly
+//    rounding noise get different updates on the two backends, and FP8 codes near a rounding
+//    boundary flip to the neighbouring code (a 6% jump of one weight) when the masters differ
+//    in the last bits. Each such difference moves the loss only to second order; 2e-2
+//    (~0.07 nats at the start) bounds the drift over 20 steps while a broken update rule (a
+//    wrong ECO injection, a stale scale) separates the curves by more within a few steps.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/rng.h"
+#include "data/loader.h"
+#include "gpu_test.h"
+#include "model/backend.h"
+#include "model/transformer.h"
+#include "optim/optimizer.h"
+#include "quant/treatment.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace eco {
+namespace {
+
+using gputest::rel_err;
+
+constexpr double kLossTol = 1e-2;
+constexpr double kGradTol = 3e-2;
+constexpr double kTrainLossTol = 2e-2;
+constexpr int kB = 4;
+
+// 2 layers, d 64, 4 heads, vocab 97, seq 32: the family defaults resolve the rest.
+Config tiny(const std::string& family, const std::string& treatment = "fp32") {
+  return parse_config("model: {family: " + family +
+                          ", n_layer: 2, n_head: 4, d_model: 64, vocab_size: 97, seq_len: 32}\n"
+                          "data: {source: synthetic}\n"
+                          "optim: {lr: 3.0e-3, warmup_steps: 2, weight_decay: 0.1}\n"
+                          "train: {batch_size: 4, max_steps: 20}\n"
+                          "precision: {treatment: " + treatment + "}\n",
+                      "test_model_gpu");
+}
+
+// A backend and a model on it (the model is destroyed first: it holds the backend).
+struct ModelRun {
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<Optimizer> opt;
+};
+
+ModelRun make_run(std::unique_ptr<Backend> be, const Config& c) {
+  ModelRun r;
+  r.be = std::move(be);
+  r.model = std::make_unique<Transformer>(c.model, *r.be, c.train.batch_size,
+                                          treatment_from_name(c.precision.treatment));
+  r.opt = std::make_unique<Optimizer>(c.optim, *r.model, c.train.seed);
+  r.model->init_weights(c.train.seed);
+  return r;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(r.next_u64() % uint64_t(V));
+  return t;
+}
+
+void check_forward_backward(const std::string& family) {
+  const Config c = tiny(family);
+  ModelRun cpu = make_run(make_cpu_backend(), c);
+  ModelRun gpu = make_run(make_cuda_backend(), c);
+  const int T = c.model.seq_len, V = c.model.vocab_size, N = kB * T;
+  const auto in = random_tokens(size_t(N), V, 11), tgt = random_tokens(size_t(N), V, 12);
+
+  const auto logits = [&](ModelRun& r) {
+    return to_host_floats(*r.be, r.model->forward_logits(in.data(), kB, T).slice(0, {N, V}));
+  };
+  const double logit_err = rel_err(logits(gpu), logits(cpu));
+  std::printf("  %s: logits rel_err %.2e\n", family.c_str(), logit_err);
+  EXPECT_LE(logit_err, kGradTol) << family << " logits";
+
+  cpu.model->zero_grad();
+  gpu.model->zero_grad();
+  const double l_cpu = cpu.model->forward_backward(in.data(), tgt.data(), kB, T, 1.0f);
+  const double l_gpu = gpu.model->forward_backward(in.data(), tgt.data(), kB, T, 1.0f);
+  std::printf("  %s: loss cpu %.6f gpu %.6f (rel %.2e)\n", family.c_str(), l_cpu, l_gpu,
+              std::abs(l_gpu - l_cpu) / l_cpu);
+  EXPECT_TRUE(std::isfinite(l_gpu));
+  EXPECT_LE(std::abs(l_gpu - l_cpu), kLossTol * l_cpu) << family;
+
+  const auto& specs = cpu.model->table().specs;
+  double worst = 0;
+  std::string worst_name;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const double e = rel_err(to_host_floats(*gpu.be, gpu.model->grad(i)),
+                             to_host_floats(*cpu.be, cpu.model->grad(i)));
+    EXPECT_LE(e, kGradTol) << family << " gradient of " << specs[i].name;
+    if (!(e <= worst)) {
+      worst = e;
+      worst_name = specs[i].name;
+    }
+  }
+  std::printf("  %s: worst parameter gradient rel_err %.2e (%s) over %zu tensors\n",
+              family.c_str(), worst, worst_name.c_str(), specs.size());
+}
+
+TEST(GpuModel, Gpt2ForwardBackwardMatchesCpu) {
+  ECO_REQUIRE_GPU();
+  check_forward_backward("gpt2");
+}
+
+TEST(GpuModel, LlamaForwardBackwardMatchesCpu) {
+  ECO_REQUIRE_GPU();
+  check_forward_backward("llama");
+}
+
+// Training losses of `steps` steps on the synthetic corpus (the trainer's loop, one micro-batch).
+std::vector<double> train(ModelRun& r, const Config& c, int steps) {
+  const int T = c.model.seq_len;
+  const DataLoader data = DataLoader::synthetic(
+      0, LoaderOptions{kB, T, c.model.vocab_size, c.train.seed, false});
+  std::vector<int32_t> in(size_t(kB) * T), tgt(in.size());
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    r.model->zero_grad();
+    data.batch(s, in.data(), tgt.data());
+    losses.push_back(r.model->forward_backward(in.data(), tgt.data(), kB, T, 1.0f));
+    r.opt->step(lr_at(c.optim, s, c.warmup_steps(), c.total_steps()), r.opt->grad_norm());
+  }
+  return losses;
+}
+
+void check_training(const std::string& family, const std::string& treatment) {
+  const Config c = tiny(family, treatment);
+  const int steps = int(c.total_steps());
+  ModelRun cpu = make_run(make_cpu_backend(), c);
+  ModelRun gpu = make_run(make_cuda_backend(), c);
+  const auto l_cpu = train(cpu, c, steps), l_gpu = train(gpu, c, steps);
+  double worst = 0;
+  for (int s = 0; s < steps; ++s) {
+    const double rel = std::abs(l_gpu[s] - l_cpu[s]) / l_cpu[s];
+    worst = std::isfinite(rel) ? std::max(worst, rel) : INFINITY;
+    EXPECT_LE(rel, kTrainLossTol) << family << " " << treatment << " step " << s + 1 << ": cpu "
+                                  << l_cpu[s] << " gpu " << l_gpu[s];
+  }
+  std::printf("  %-5s %-14s loss cpu %.4f -> %.4f, gpu %.4f -> %.4f, worst step rel %.2e\n",
+              family.c_str(), treatment.c_str(), l_cpu.front(), l_cpu.back(), l_gpu.front(),
+              l_gpu.back(), worst);
+  EXPECT_LT(l_gpu.back(), l_gpu.front() - 0.1) << family << " " << treatment << " did not learn";
+}
+
+const char* const kTreatments[] = {"bf16-mw", "fp8-mw-rtn", "fp8-naive-rtn", "fp8-eco-sr"};
+
+TEST(GpuModel, Gpt2TrainingFollowsCpuUnderEachTreatment) {
+  ECO_REQUIRE_GPU();
+  for (const char* t : kTreatments) check_training("gpt2", t);
+}
+
+TEST(GpuModel, LlamaTrainingFollowsCpuUnderEachTreatment) {
+  ECO_REQUIRE_GPU();
+  for (const char* t : kTreatments) check_training("llama", t);
+}
+
+// Two identical GPU runs give identical losses, bit for bit (no races, no atomics in any sum).
+TEST(GpuModel, TrainingIsBitReproducible) {
+  ECO_REQUIRE_GPU();
+  const Config c = tiny("llama", "fp8-eco-sr");
+  ModelRun a = make_run(make_cuda_backend(), c);
+  ModelRun b = make_run(make_cuda_backend(), c);
+  EXPECT_EQ(train(a, c, 5), train(b, c, 5));
+}
+
+// The trainer end to end on the GPU (device: cuda, tiny config, FP8 ECO with SR): a run with a
+// mid-run checkpoint, evaluation and text samples (the B = 1 forward), then a run resumed from
+// that checkpoint in a fresh directory: the final checkpoints are identical, section by section.
+TEST(GpuModel, TrainerRunsOnCudaAndResumesBitExactly) {
+  ECO_REQUIRE_GPU();
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("eco-gpu-trainer-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  Config c = parse_config(
+      "device: cuda\n"
+      "model: {family: llama, n_layer: 2, n_head: 4, d_model: 64, vocab_size: 97, seq_len: 32}\n"
+      "data: {source: synthetic}\n"
+      "precision: {treatment: fp8-eco-sr}\n"
+      "train: {batch_size: 4, max_steps: 6, checkpoint_interval: 3, keep_checkpoints: 5,"
+      " log_interval: 1, eval_batches: 2, sample_tokens: 8}\n",
+      "test_model_gpu");
+  c.train.out_dir = (dir / "full").string();
+  {
+    Trainer t(c);
+    ASSERT_EQ(t.run(RunOptions{}), 0);
+  }
+  fs::create_directories(dir / "resumed");
+  fs::copy_file(dir / "full" / checkpoint_name(3), dir / "resumed" / checkpoint_name(3));
+  c.train.out_dir = (dir / "resumed").string();
+  {
+    Trainer t(c);
+    RunOptions resume;
+    resume.resume = true;
+    ASSERT_EQ(t.run(resume), 0);
+  }
+  const CheckpointState a = load_checkpoint((dir / "full" / checkpoint_name(6)).string());
+  const CheckpointState b = load_checkpoint((dir / "resumed" / checkpoint_name(6)).string());
+  ASSERT_EQ(a.sections.size(), b.sections.size());
+  for (size_t i = 0; i < a.sections.size(); ++i) {
+    EXPECT_EQ(a.sections[i].first, b.sections[i].first);
+    EXPECT_TRUE(a.sections[i].second == b.sections[i].second)
+        << "final checkpoint section " << a.sections[i].first << " differs";
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace eco
