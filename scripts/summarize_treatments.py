@@ -118,8 +118,9 @@ def main():
         ax.set_xlabel("step"); ax.set_ylabel("val loss - bf16-mw val loss"); ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2); ax.set_title("gap to bf16-mw over training")
         fig.tight_layout(); fig.savefig(os.path.join(args.out, "gap_to_bf16.png"), dpi=120); plt.close(fig)
-    for t in found:  # keep the raw curves beside the table
+    for t in found:  # keep the raw curves and summaries beside the table (treatments.sh resumes from them)
         shutil.copy(os.path.join(args.runs, t, "metrics.jsonl"), os.path.join(args.out, f"{t}.metrics.jsonl"))
+        shutil.copy(os.path.join(args.runs, t, "summary.json"), os.path.join(args.out, f"{t}.summary.json"))
     print(f"summarize_treatments: wrote {args.out}")
 
 
