@@ -24,7 +24,16 @@ if [ ${#treatments[@]} -eq 0 ]; then
 fi
 [ -x build/eco-train ] || scripts/build.sh >/dev/null
 runs=runs/$name
+results=results/$name
 mkdir -p "$runs"
+# A treatment finished by an earlier checkout (its summary committed under results/) is not rerun.
+for t in "${treatments[@]}"; do
+  if [ ! -f "$runs/$t/summary.json" ] && [ -f "$results/$t.summary.json" ] && [ -f "$results/$t.metrics.jsonl" ]; then
+    mkdir -p "$runs/$t"
+    cp "$results/$t.summary.json" "$runs/$t/summary.json"
+    cp "$results/$t.metrics.jsonl" "$runs/$t/metrics.jsonl"
+  fi
+done
 i=0
 for t in "${treatments[@]}"; do
   i=$((i + 1))
@@ -44,4 +53,4 @@ for t in "${treatments[@]}"; do
     echo "    $t failed (exit $rc, see $runs/$t.log)"
   fi
 done
-python3 scripts/summarize_treatments.py "$runs" --out "results/$name"
+python3 scripts/summarize_treatments.py "$runs" --out "$results"
