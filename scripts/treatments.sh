@@ -26,9 +26,12 @@ fi
 runs=runs/$name
 results=results/$name
 mkdir -p "$runs"
-# A treatment finished by an earlier checkout (its summary committed under results/) is not rerun.
-for t in "${treatments[@]}"; do
-  if [ ! -f "$runs/$t/summary.json" ] && [ -f "$results/$t.summary.json" ] && [ -f "$results/$t.metrics.jsonl" ]; then
+# Treatments finished by an earlier checkout (summaries committed under results/) are not rerun,
+# and stay in the summary even when this call names only some treatments.
+for f in "$results"/*.summary.json; do
+  [ -e "$f" ] || continue
+  t=$(basename "$f" .summary.json)
+  if [ ! -f "$runs/$t/summary.json" ] && [ -f "$results/$t.metrics.jsonl" ]; then
     mkdir -p "$runs/$t"
     cp "$results/$t.summary.json" "$runs/$t/summary.json"
     cp "$results/$t.metrics.jsonl" "$runs/$t/metrics.jsonl"
