@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "kernels/common/activations.h"
-#include "kernels/common/adamw.h"
 #include "kernels/cuda/elementwise.cuh"
 
 namespace eco::cuda {
@@ -25,17 +24,6 @@ __global__ void scale_inplace_kernel(float* x, float s, int64_t n) {
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = gelu_tanh(inp[i]);
-}
-
-__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
-                             AdamWCoeffs c) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) {
-    float mi = m[i], vi = v[i];
-    param[i] = adamw_element(param[i], grad[i], mi, vi, c);
-    m[i] = mi;
-    v[i] = vi;
-  }
 }
 
 struct Add {
@@ -73,11 +61,5 @@ cudaError_t gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t s
   return cudaGetLastError();
 }
 
-cudaError_t adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                         const AdamWCoeffs& c, cudaStream_t s) {
-  if (const cudaError_t e = check(n, param, grad, m, v); e != cudaSuccess || n == 0) return e;
-  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(param, grad, m, v, n, c);
-  return cudaGetLastError();
-}
 
 }  // namespace eco::cuda

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "kernels/common/adamw.h"
 
 namespace eco::cuda {
 
@@ -23,8 +22,6 @@ cudaError_t scale_inplace(float* x, float scale, int64_t n, cudaStream_t s = nul
 // fp32 GELU on the shared math: the bit-identity check of kernels/common on the GPU
 // (tests/gpu/test_quantize_gpu.cu). The training path is the bf16 one in activations.cuh.
 cudaError_t gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t s = nullptr);
-cudaError_t adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                         const AdamWCoeffs& c, cudaStream_t s = nullptr);
 
 }  // namespace eco::cuda
 
