@@ -1,5 +1,5 @@
 // Element-wise CUDA kernels (see elementwise.cu): residual add and gradient accumulate on bf16
-// activations, in-place scale and AdamW on fp32 parameters/gradients. Each host entry point
+// activations, in-place scale of fp32 buffers (clipping) and an fp32 GELU. Each host entry point
 // returns the launch status; callers check it with ECO_CHECK_CUDA. Under nvcc, also the bf16
 // element-wise map that these and the MLP activations (activations.cu) are built on.
 #pragma once
@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-
 
 namespace eco::cuda {
 
