@@ -73,7 +73,8 @@ cat "$bench_out" >>"$log"
 
 # Training on the GPU: GPT-2 124M, B 8 x T 1024, synthetic data, 30 steps logged every step
 # (configs/gpt2-124m-gpu.yaml), once per treatment. Speed from the median ms/step of steps 6-30
-# (the first steps pick cuBLASLt algorithms and grow scratch buffers); peak memory sampled by
+# (the first steps pick cuBLASLt algorithms and grow scratch buffers), with train.profile on (a
+# CUDA event pair around each backend operation: the ms/step breakdown); peak memory sampled by
 # nvidia-smi every 100 ms, against the idle reading before the run; static bytes per quantized
 # parameter from the run's memory ledger (summary.json). MFU counts 6 x params + 12 x layers x
 # T x d_model FLOPs per token (matmuls forward + backward, attention as if non-causal, PaLM's
@@ -88,7 +89,7 @@ if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-gpu.yaml --plan
       >"$log_dir/train_$tr.mem" 2>/dev/null &
     smi=$!
     timeout 180 "$bin"/eco-train configs/gpt2-124m-gpu.yaml --set precision.treatment="$tr" \
-      --set train.out_dir="$run_dir" >"$log_dir/train_$tr.log" 2>&1
+      --set train.out_dir="$run_dir" --set train.profile=true >"$log_dir/train_$tr.log" 2>&1
     rc=$?
     kill "$smi" 2>/dev/null
     wait "$smi" 2>/dev/null
@@ -122,6 +123,14 @@ m = summ["memory"]
 print(f"{tr:<12} {ms:8.1f} {tok_s:10.0f} {100 * mfu:6.1f}% {peak:10.2f} {m['total'] / 2**30:10.2f} "
       f"{m['static_bytes_per_quantized_param']:8.3f} {summ['final_train_loss'] or float('nan'):8.4f}"
       f"  exit {rc}")
+prof = summ.get("profile")
+if prof:
+    ops = sorted(prof["operations"].items(), key=lambda kv: -kv[1]["ms_per_step"])
+    parts = [f"{k} {v['ms_per_step']:.1f}" for k, v in ops[:9]]
+    parts.append(f"other {prof['other_ms_per_step']:.1f}")
+    with open(f"{d}/breakdown_{tr}.txt", "w") as out:
+        out.write(f"{tr}: {prof['ms_per_step']:.1f} ms/step over {prof['steps']} profiled steps = "
+                  + ", ".join(parts) + "\n")
 PY
 )
     train_rows+=("$row")
@@ -143,6 +152,8 @@ if [ "${#train_rows[@]}" -gt 0 ]; then
   say "  (peak GiB: nvidia-smi above idle, CUDA context included; ledger GiB: the run's own buffers)"
   say "  treatment     ms/step   tokens/s    MFU  peak GiB  ledger GiB  B/q-par  loss@30"
   for r in "${train_rows[@]}"; do say "  $r"; done
+  say "  ms/step by operation (train.profile: CUDA events around each backend operation):"
+  for f in "$log_dir"/breakdown_*.txt; do [ -f "$f" ] && say "  $(cat "$f")"; done
 fi
 say "wall time:      $(( $(date +%s) - start )) s; full log: $log"
 [ "$tests_rc" = 0 ] && [ "$train_rc" = 0 ]

@@ -5,7 +5,8 @@
 // only the causal half of the work, deterministic by construction (no atomics, fixed sum
 // orders), and no handles or workspaces. The price is no tensor cores: the dot products run as
 // fp32 FMAs from shared memory. A wgmma/mma.sync version is the next step if attention shows up
-// in the step time.
+// in the step time. (It did: the CUDA backend now runs attention_gemm.cuh, cuBLASLt GEMMs on
+// tensor cores, wherever the head size is a multiple of 8; this kernel is its fallback.)
 //
 // Layout (as kernels/cpu/kernels.h): qkv (B, T, 3C) row-major, q / k / v at column offsets
 // 0 / C / 2C, head h at [h*hs, (h+1)*hs) of each; out and dout (B, T, C); lse and the scratch

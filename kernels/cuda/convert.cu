@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/bf16.h"
 #include "kernels/common/qformat.h"
@@ -35,14 +36,34 @@ __global__ void round_to_bf16_f32_kernel(float* out, const float* in, int64_t n)
     out[i] = bf16_to_float(float_to_bf16(in[i]));
 }
 
-__global__ void dequantize_kernel(float* __restrict__ out, const uint8_t* __restrict__ codes,
+// Out = float, or __nv_bfloat16 (the fp32 value rounded once, as f32_to_bf16 would round it).
+template <class Out>
+__global__ void dequantize_kernel(Out* __restrict__ out, const uint8_t* __restrict__ codes,
                                   const float* __restrict__ scales, int64_t n, int64_t cols,
                                   QFormat f, Granularity g) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i - r * cols;
-    out[i] = dequantize_value(f, load_code(f, codes, i), scales[scale_group_index(g, cols, r, c)]);
+    const float v =
+        dequantize_value(f, load_code(f, codes, i), scales[scale_group_index(g, cols, r, c)]);
+    if constexpr (std::is_same_v<Out, float>)
+      out[i] = v;
+    else
+      out[i] = __float2bfloat16_rn(v);
   }
+}
+
+template <class Out>
+cudaError_t launch_dequantize(Out* out, const uint8_t* codes, const float* scales, int64_t rows,
+                              int64_t cols, QFormat format, Granularity granularity,
+                              cudaStream_t s) {
+  if (rows < 0 || cols < 1) return cudaErrorInvalidValue;
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  if (!out || !codes || !scales) return cudaErrorInvalidValue;
+  dequantize_kernel<Out><<<grid_for(n), kThreads, 0, s>>>(out, codes, scales, n, cols, format,
+                                                          granularity);
+  return cudaGetLastError();
 }
 
 // grid (N), block (kThreads). Every thread reads its elements for the max before the block
@@ -79,13 +100,13 @@ cudaError_t round_to_bf16_f32(float* out, const float* in, int64_t n, cudaStream
 
 cudaError_t dequantize(float* out, const uint8_t* codes, const float* scales, int64_t rows,
                        int64_t cols, QFormat format, Granularity granularity, cudaStream_t s) {
-  if (rows < 0 || cols < 1) return cudaErrorInvalidValue;
-  const int64_t n = rows * cols;
-  if (n == 0) return cudaSuccess;
-  if (!out || !codes || !scales) return cudaErrorInvalidValue;
-  dequantize_kernel<<<grid_for(n), kThreads, 0, s>>>(out, codes, scales, n, cols, format,
-                                                     granularity);
-  return cudaGetLastError();
+  return launch_dequantize(out, codes, scales, rows, cols, format, granularity, s);
+}
+
+cudaError_t dequantize_bf16(__nv_bfloat16* out, const uint8_t* codes, const float* scales,
+                            int64_t rows, int64_t cols, QFormat format, Granularity granularity,
+                            cudaStream_t s) {
+  return launch_dequantize(out, codes, scales, rows, cols, format, granularity, s);
 }
 
 cudaError_t cast_e4m3_rows(__nv_bfloat16* out, const __nv_bfloat16* x, int64_t N, int64_t C,

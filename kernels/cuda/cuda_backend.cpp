@@ -3,16 +3,19 @@
 // the kernels in kernels/cuda on one stream, the GEMMs through one GemmEngine (cuBLASLt).
 // Host code, compiled by the host compiler (so it may use fmt through core/error.h).
 //
-// Weights reach the GEMMs as the fp32 tensors ParamStore's compute view gives (the parameter,
-// its bf16-rounded master, or its dequantized codes) and are converted to bf16 into a scratch
-// before each GEMM; the GEMMs run bf16 x bf16 with fp32 accumulation and fp32 weight gradients.
-// (The FP8 forward GEMM on the codes, GemmEngine::matmul_forward_fp8, is not wired in yet: the
-// FP8 treatments' forward here is the emulation the CPU runs, on bf16 operands.)
+// Dense weights reach the GEMMs as the fp32 tensors ParamStore's compute view gives (the
+// parameter or its bf16-rounded master) and are converted to bf16 into a scratch before each
+// GEMM; the GEMMs run bf16 x bf16 with fp32 accumulation and fp32 weight gradients. Weights held
+// quantized arrive as QTensors (quantized_linear_forward / _backward): the forward of E4M3
+// per-row weights runs the FP8 GEMM on their codes (GemmEngine::matmul_forward_fp8, sm_90+; see
+// quantized_linear_forward for when it falls back to the emulation the CPU runs), and the
+// backward GEMMs run bf16 on the codes decoded straight to bf16.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +24,7 @@
 #include "kernels/common/format_quantizer.h"
 #include "kernels/cuda/activations.cuh"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_gemm.cuh"
 #include "kernels/cuda/classifier.cuh"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -29,6 +33,7 @@
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norms.cuh"
+#include "kernels/cuda/op_profiler.h"
 #include "kernels/cuda/optimizer_update.cuh"
 #include "kernels/cuda/quantize.cuh"
 #include "kernels/cuda/reductions.cuh"
@@ -37,6 +42,9 @@
 
 namespace eco {
 namespace {
+
+// Opens the operation's profiler scope (an NVTX range; CUDA-event timing when profiling is on).
+#define ECO_OP(name) const cuda::OpProfiler::Scope eco_op_scope_(prof_, name, s())
 
 using bf16 = __nv_bfloat16;
 using cuda::DeviceBuffer;
@@ -96,6 +104,17 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { ECO_CHECK_CUDA(cudaStreamSynchronize(s())); }
 
+  // ---- profiling ------------------------------------------------------------------------------
+  void range_push(const char* name) override { nvtxRangePushA(name); }
+  void range_pop() override { nvtxRangePop(); }
+  bool supports_profiling() const override { return true; }
+  void set_profiling(bool on) override { prof_.set_enabled(on); }
+  std::vector<OpTime> take_profile() override {
+    std::vector<OpTime> out;
+    for (auto& [name, t] : prof_.take()) out.push_back({name, t.calls, t.ms});
+    return out;
+  }
+
   // ---- memory -------------------------------------------------------------------------------
   Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
                MemCategory category, bool quantizable_param) override {
@@ -107,13 +126,16 @@ class CudaBackend final : public Backend {
     return t;
   }
   void zero(const Tensor& t) override {
+    ECO_OP("zero");
     ECO_CHECK_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), s()));
   }
   void copy_from_host(const Tensor& dst, const void* src) override {
+    ECO_OP("copy_from_host");
     ECO_CHECK_CUDA(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, s()));
     synchronize();
   }
   void copy_to_host(void* dst, const Tensor& src) override {
+    ECO_OP("copy_to_host");
     ECO_CHECK_CUDA(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, s()));
     synchronize();
   }
@@ -121,6 +143,18 @@ class CudaBackend final : public Backend {
   // ---- layers ---------------------------------------------------------------------------------
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias,
                       int N, int C, int OC) override {
+    ECO_OP("matmul_forward");
+    if (pad_out_channels(bias, C, OC)) {
+      // out_p (N, OCp) = inp @ W_p^T, W_p's extra rows zero; then the first OC columns -> out.
+      const int OCp = padded(OC);
+      bf16* out_p = padded_act_.get<bf16>(size_t(N) * size_t(OCp), s(), ledger_);
+      gemm_.gemm<bf16, bf16>(false, true, N, OCp, C, 1.0f, bf(inp), C,
+                             weight_bf16_padded(w, OC, OCp, C), C, 0.0f, out_p, OCp, s());
+      ECO_CHECK_CUDA(cudaMemcpy2DAsync(bf(out), sizeof(bf16) * size_t(OC), out_p,
+                                       sizeof(bf16) * size_t(OCp), sizeof(bf16) * size_t(OC),
+                                       size_t(N), cudaMemcpyDeviceToDevice, s()));
+      return;
+    }
     gemm_.matmul_forward(bf(out), bf(inp), weight_bf16(w, int64_t(OC) * C), f32(bias), N, C, OC,
                          s());
   }
@@ -128,90 +162,142 @@ class CudaBackend final : public Backend {
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
                        const Tensor& dout, const Tensor& inp, const Tensor& w, int N, int C,
                        int OC) override {
+    ECO_OP("matmul_backward");
+    if (pad_out_channels(dbias, C, OC)) {
+      // dout -> dout_p (N, OCp) with zero extra columns; dinp += dout_p @ W_p (K = OCp: the
+      // zeros add nothing); dW (OC, C) += (first OC columns of dout_p)^T @ inp.
+      const int OCp = padded(OC);
+      bf16* dout_p = padded_act_.get<bf16>(size_t(N) * size_t(OCp), s(), ledger_);
+      ECO_CHECK_CUDA(cudaMemcpy2DAsync(dout_p, sizeof(bf16) * size_t(OCp), bf(dout),
+                                       sizeof(bf16) * size_t(OC), sizeof(bf16) * size_t(OC),
+                                       size_t(N), cudaMemcpyDeviceToDevice, s()));
+      ECO_CHECK_CUDA(cudaMemset2DAsync(dout_p + OC, sizeof(bf16) * size_t(OCp), 0,
+                                       sizeof(bf16) * size_t(OCp - OC), size_t(N), s()));
+      if (!dinp.empty())
+        gemm_.gemm<bf16, bf16>(false, false, N, C, OCp, 1.0f, dout_p, OCp,
+                               weight_bf16_padded(w, OC, OCp, C), C, 1.0f, bf(dinp), C, s());
+      gemm_.gemm<bf16, float>(true, false, OC, C, N, 1.0f, dout_p, OCp, bf(inp), C, 1.0f, f32(dw),
+                              C, s());
+      return;
+    }
     const bf16* wb = dinp.empty() ? nullptr : weight_bf16(w, int64_t(OC) * C);
     gemm_.matmul_backward(bf(dinp), f32(dw), f32(dbias), bf(dout), bf(inp), wb, N, C, OC,
                           /*accumulate_dinp=*/true, s());
   }
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                          const Tensor& wpe, int B, int Tn, int C) override {
+    ECO_OP("embedding_forward");
     ECO_CHECK_CUDA(cuda::embedding_forward(bf(out), i32(tokens), f32(wte), f32(wpe), B, Tn, C, s()));
   }
   void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens, int B, int Tn, int C) override {
+    ECO_OP("embedding_backward");
     ECO_CHECK_CUDA(
         cuda::embedding_backward(f32(dwte), f32(dwpe), bf(dout), i32(tokens), B, Tn, C, s()));
   }
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
                          const Tensor& inp, const Tensor& w, const Tensor& b, int N, int C,
                          float eps) override {
+    ECO_OP("layernorm_forward");
     ECO_CHECK_CUDA(cuda::layernorm_forward(bf(out), f32(mean), f32(rstd), bf(inp), f32(w), f32(b),
                                            N, C, eps, s()));
   }
   void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db,
                           const Tensor& dout, const Tensor& inp, const Tensor& w,
                           const Tensor& mean, const Tensor& rstd, int N, int C) override {
+    ECO_OP("layernorm_backward");
     float* scratch = scratch_f32(cuda::norm_backward_scratch_floats(C));
     ECO_CHECK_CUDA(cuda::layernorm_backward(bf(dinp), f32(dw), f32(db), bf(dout), bf(inp), f32(w),
                                             f32(mean), f32(rstd), N, C, scratch, s()));
   }
   void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
                        int N, int C, float eps) override {
+    ECO_OP("rmsnorm_forward");
     ECO_CHECK_CUDA(cuda::rmsnorm_forward(bf(out), f32(rstd), bf(inp), f32(w), N, C, eps, s()));
   }
   void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
                         const Tensor& w, const Tensor& rstd, int N, int C) override {
+    ECO_OP("rmsnorm_backward");
     float* scratch = scratch_f32(cuda::norm_backward_scratch_floats(C));
     ECO_CHECK_CUDA(cuda::rmsnorm_backward(bf(dinp), f32(dw), bf(dout), bf(inp), f32(w), f32(rstd),
                                           N, C, scratch, s()));
   }
   void rope_forward(const Tensor& out, const Tensor& inp, int B, int Tn, int C, int NH,
                     float theta) override {
+    ECO_OP("rope_forward");
     ECO_CHECK_CUDA(cuda::rope_forward(bf(out), bf(inp), B, Tn, C, NH, theta, s()));
   }
   void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int Tn, int C, int NH,
                      float theta) override {
+    ECO_OP("rope_backward");
     ECO_CHECK_CUDA(cuda::rope_backward(bf(dinp), bf(dout), B, Tn, C, NH, theta, s()));
   }
-  // att_state: the log-sum-exp (B, NH, T) fp32; the probabilities are never stored.
+  // att_state: the log-sum-exp (B, NH, T) fp32; the probabilities are never stored. Tensor-core
+  // GEMMs (attention_gemm.cuh) where their conditions hold (head size % 8 == 0, aligned
+  // buffers), else the flash kernel (attention.cuh); both save the same lse, so a forward and a
+  // backward may take different paths.
   void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
                          int Tn, int C, int NH) override {
+    ECO_OP("attention_forward");
+    if (cuda::attention_gemm_supported(B, Tn, C, NH, {bf(out), bf(qkv)})) {
+      const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
+      cuda::attention_gemm_forward(gemm_, bf(out), f32(att_state), bf(qkv), attention_scores(bytes),
+                                   bytes, B, Tn, C, NH, s());
+      return;
+    }
     ECO_CHECK_CUDA(cuda::attention_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH, s()));
   }
+  // scratch (B, NH, T) fp32 holds D = rowsum(dout * out) on either path.
   void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
                           const Tensor& qkv, const Tensor& out, const Tensor& att_state, int B,
                           int Tn, int C, int NH) override {
+    ECO_OP("attention_backward");
+    if (cuda::attention_gemm_supported(B, Tn, C, NH, {bf(dqkv), bf(dout), bf(qkv), bf(out)})) {
+      const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
+      cuda::attention_gemm_backward(gemm_, bf(dqkv), f32(scratch), attention_scores(bytes), bytes,
+                                    bf(dout), bf(qkv), bf(out), f32(att_state), B, Tn, C, NH, s());
+      return;
+    }
     ECO_CHECK_CUDA(cuda::attention_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
                                             f32(att_state), B, Tn, C, NH, s()));
   }
   void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) override {
+    ECO_OP("gelu_forward");
     ECO_CHECK_CUDA(cuda::gelu_forward(bf(out), bf(inp), n, s()));
   }
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout,
                      int64_t n) override {
+    ECO_OP("gelu_backward");
     ECO_CHECK_CUDA(cuda::gelu_backward(bf(dinp), bf(inp), bf(dout), n, s()));
   }
   void swiglu_forward(const Tensor& out, const Tensor& inp, int N, int H) override {
+    ECO_OP("swiglu_forward");
     ECO_CHECK_CUDA(cuda::swiglu_forward(bf(out), bf(inp), N, H, s()));
   }
   void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
                        int H) override {
+    ECO_OP("swiglu_backward");
     ECO_CHECK_CUDA(cuda::swiglu_backward(bf(dinp), bf(dout), bf(inp), N, H, s()));
   }
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, int64_t n) override {
+    ECO_OP("residual_forward");
     ECO_CHECK_CUDA(cuda::residual_forward(bf(out), bf(a), bf(b), n, s()));
   }
   void accumulate(const Tensor& dst, const Tensor& src, int64_t n) override {
+    ECO_OP("accumulate");
     ECO_CHECK_CUDA(cuda::accumulate(bf(dst), bf(src), n, s()));
   }
   void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
                                      const Tensor& logits, const Tensor& targets, int N, int V,
                                      float dloss) override {
+    ECO_OP("crossentropy_forward_backward");
     ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(f32(losses), bf(dlogits), bf(logits),
                                                        i32(targets), N, V, dloss, s()));
   }
 
   // ---- quantization ---------------------------------------------------------------------------
   void dequantize(const Tensor& out, const QTensor& q) override {
+    ECO_OP("dequantize");
     ECO_ASSERT(out.numel() == q.numel(), "dequantize of a ({}, {}) QTensor into {} elements",
                q.rows, q.cols, out.numel());
     ECO_CHECK_CUDA(cuda::dequantize(f32(out), codes(q), q.scales.as<float>(), q.rows, q.cols,
@@ -219,6 +305,7 @@ class CudaBackend final : public Backend {
   }
   void quantize(QTensor& q, const Tensor& src, Rounding rounding, uint64_t seed, uint64_t step,
                 uint32_t tensor_id) override {
+    ECO_OP("quantize");
     ECO_ASSERT(src.numel() == q.numel(), "quantize of {} elements into a ({}, {}) QTensor",
                src.numel(), q.rows, q.cols);
     ECO_ASSERT(!(q.format == QFormat::INT4 && q.granularity == Granularity::PerRow && q.cols % 2),
@@ -229,10 +316,12 @@ class CudaBackend final : public Backend {
                                          scratch, s()));
   }
   void round_to_bf16(const Tensor& out, const Tensor& in, int64_t n) override {
+    ECO_OP("round_to_bf16");
     ECO_CHECK_CUDA(cuda::round_to_bf16_f32(f32(out), f32(in), n, s()));
   }
   // Activations are bf16 already: the Bf16 cast is the identity here.
   void cast_activations(const Tensor& out, const Tensor& x, int N, int C, ActCast cast) override {
+    ECO_OP("cast_activations");
     if (cast == ActCast::E4M3Row) {
       ECO_CHECK_CUDA(cuda::cast_e4m3_rows(bf(out), bf(x), N, C, s()));
     } else if (out.data != x.data) {
@@ -241,8 +330,53 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // ---- linear layers with quantized weights ---------------------------------------------------
+  // The FP8 forward: one kernel quantizes x per token row (E4M3, RTN; the CPU quantizer's codes)
+  // into the fp8_act_ scratch and writes x_cast (what cast_activations writes), then the FP8 GEMM
+  // multiplies those codes by the weight's: E4M3 x E4M3 with row-wise scales (cuBLASLt
+  // OUTER_VEC_32F), fp32 accumulation with fast accumulation, bf16 out, bias rounded to bf16.
+  // Where fp8_forward_applies says no, the emulation of the Backend base runs instead: cast,
+  // dequantize into w_scratch, bf16 GEMM (this is the path of sm_89 and sm_80, INT4 weights,
+  // and shapes that are not multiples of 16, such as a short sampling batch).
+  void quantized_linear_forward(const Tensor& out, const Tensor& x_cast, const Tensor& x,
+                                const QTensor& w, const Tensor& w_scratch, const Tensor& bias,
+                                int N, int C, int OC, ActCast act) override {
+    ECO_OP("quantized_linear_forward");
+    ECO_ASSERT(w.rows == OC && w.cols == C, "linear ({} -> {}) with a ({}, {}) quantized weight",
+               C, OC, w.rows, w.cols);
+    if (!fp8_forward_applies(out, x_cast, x, w, N, C, OC, act)) {
+      Backend::quantized_linear_forward(out, x_cast, x, w, w_scratch, bias, N, C, OC, act);
+      return;
+    }
+    // The scratch holds the activation codes (N, C), then, 256-byte aligned, their scales (N).
+    const size_t codes_bytes = (size_t(N) * size_t(C) + 255) / 256 * 256;
+    uint8_t* x_codes =
+        fp8_act_.get<uint8_t>(codes_bytes + sizeof(float) * size_t(N), s(), ledger_);
+    float* x_scales = reinterpret_cast<float*>(x_codes + codes_bytes);
+    ECO_CHECK_CUDA(
+        cuda::quantize_cast_e4m3_rows(x_codes, x_scales, bf(x_cast), bf(x), N, C, s()));
+    gemm_.matmul_forward_fp8(bf(out), x_codes, x_scales, codes(w), f32(w.scales), f32(bias), N, C,
+                             OC, Granularity::PerRow, s());
+  }
+  // The backward GEMMs stay bf16 (per-row weight scales cannot scale the reduction dimension of
+  // dinp = dout @ w): the codes are decoded straight to bf16 (the values dequantize + f32_to_bf16
+  // give, without the fp32 copy); w_scratch is not used.
+  void quantized_linear_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                                 const Tensor& dout, const Tensor& x_cast, const QTensor& w,
+                                 const Tensor& /*w_scratch*/, int N, int C, int OC) override {
+    ECO_OP("quantized_linear_backward");
+    ECO_ASSERT(w.rows == OC && w.cols == C, "linear ({} -> {}) with a ({}, {}) quantized weight",
+               C, OC, w.rows, w.cols);
+    bf16* wb = weight_bf16_.get<bf16>(size_t(w.numel()), s(), ledger_);
+    ECO_CHECK_CUDA(cuda::dequantize_bf16(wb, codes(w), f32(w.scales), w.rows, w.cols, w.format,
+                                         w.granularity, s()));
+    gemm_.matmul_backward(bf(dinp), f32(dw), f32(dbias), bf(dout), bf(x_cast), wb, N, C, OC,
+                          /*accumulate_dinp=*/true, s());
+  }
+
   // ---- optimizer ----------------------------------------------------------------------------
   double sum_squares(const Tensor& x, int64_t n) override {
+    ECO_OP("sum_squares");
     double* out = static_cast<double*>(sum_squares_);
     ECO_CHECK_CUDA(cuda::sum_squares(out, f32(x), n, out + 1, s()));
     double h = 0;
@@ -252,17 +386,20 @@ class CudaBackend final : public Backend {
   }
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     int64_t n, const AdamWStep& st) override {
+    ECO_OP("adamw_update");
     ECO_CHECK_CUDA(cuda::fp32_adamw_update(f32(param), f32(grad), f32(m), f32(v), n,
                                            adamw_coeffs(st), s()));
   }
   void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
                    const SgdmStep& st) override {
+    ECO_OP("sgdm_update");
     ECO_CHECK_CUDA(
         cuda::fp32_sgdm_update(f32(param), f32(grad), f32(m), n, sgdm_coeffs(st), s()));
   }
   void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
                               const Tensor& m, const Tensor& v, const AdamWStep& st,
                               const QuantizedStep& qs) override {
+    ECO_OP("quantized_adamw_update");
     quantized_update(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
       return cuda::quantized_adamw_update(adamw_coeffs(st), quantizer(q, qs), qs.policy, b,
                                           q.scales.as<float>(), q.rows, q.cols, q.granularity,
@@ -272,6 +409,7 @@ class CudaBackend final : public Backend {
   void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
                              const Tensor& m, const SgdmStep& st,
                              const QuantizedStep& qs) override {
+    ECO_OP("quantized_sgdm_update");
     quantized_update(q, master, grad, m, Tensor{}, qs, [&](const auto& b, float* scratch) {
       return cuda::quantized_sgdm_update(sgdm_coeffs(st), quantizer(q, qs), qs.policy, b,
                                          q.scales.as<float>(), q.rows, q.cols, q.granularity,
@@ -312,6 +450,31 @@ class CudaBackend final : public Backend {
   static uint8_t* codes(const QTensor& q) { return typed<uint8_t>(q.codes, DType::U8); }
 
   float* scratch_f32(size_t n) { return scratch_f32_.get<float>(n, s(), ledger_); }
+  // One sequence's attention scores and probabilities for the tensor-core attention.
+  void* attention_scores(size_t bytes) {
+    return attention_scores_.get<unsigned char>(bytes, s(), ledger_);
+  }
+
+  // Output channels not a multiple of 8 (GPT-2's vocabulary, 50257) make every row of the
+  // output (forward) and of dout (backward) start off a 16-byte boundary, and cuBLASLt then
+  // picks slow narrow-access kernels for the largest GEMMs of the model (the head's). Such GEMMs
+  // (without bias: the head has none) run on copies padded to a multiple of 64 columns instead:
+  // one extra pass over the logits each way (cudaMemcpy2D) for aligned tensor-core GEMMs. The
+  // results are the same products and sums: the padding is zeros.
+  static int padded(int OC) { return (OC + 63) / 64 * 64; }
+  static bool pad_out_channels(const Tensor& bias, int C, int OC) {
+    return bias.empty() && OC % 8 != 0 && C % 8 == 0;
+  }
+  // The bf16 copy of an fp32 weight (OC, C) with OCp - OC zero rows after it.
+  const bf16* weight_bf16_padded(const Tensor& w, int OC, int OCp, int C) {
+    ECO_ASSERT(w.numel() == int64_t(OC) * C, "weight of {} elements where the GEMM reads {}",
+               w.numel(), int64_t(OC) * C);
+    bf16* out = weight_bf16_.get<bf16>(size_t(OCp) * size_t(C), s(), ledger_);
+    ECO_CHECK_CUDA(cuda::f32_to_bf16(out, f32(w), int64_t(OC) * C, s()));
+    ECO_CHECK_CUDA(cudaMemsetAsync(out + int64_t(OC) * C, 0,
+                                   sizeof(bf16) * size_t(OCp - OC) * size_t(C), s()));
+    return out;
+  }
 
   // The bf16 copy of an fp32 weight (n elements) for the next GEMM on the stream.
   const bf16* weight_bf16(const Tensor& w, int64_t n) {
@@ -319,6 +482,25 @@ class CudaBackend final : public Backend {
     bf16* out = weight_bf16_.get<bf16>(size_t(n), s(), ledger_);
     ECO_CHECK_CUDA(cuda::f32_to_bf16(out, f32(w), n, s()));
     return out;
+  }
+
+  // Whether quantized_linear_forward can run the FP8 GEMM (else it runs the emulation):
+  //  - E4M3 weights with one scale per row, activations cast E4M3 per row: the FP8 treatments.
+  //    INT4 (and per-tensor / 128x128 weight scales) have no FP8 forward here.
+  //  - sm_90+: per-row scales on both operands need cuBLASLt OUTER_VEC_32F. sm_89 only scales per
+  //    tensor (SCALAR_32F), and per-row weight scales cannot be folded into one scalar without
+  //    re-quantizing the weight, so sm_89 keeps the emulation; sm_80 has no FP8.
+  //  - N, C and OC multiples of 16 (cuBLASLt's FP8 dimensions; C >= 16) and out, x, x_cast and the
+  //    weight codes 16-byte aligned (the GEMM's and quantize_cast_e4m3_rows' assumptions).
+  bool fp8_forward_applies(const Tensor& out, const Tensor& x_cast, const Tensor& x,
+                           const QTensor& w, int N, int C, int OC, ActCast act) const {
+    const auto aligned = [](const Tensor& t) {
+      return reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+    };
+    return act == ActCast::E4M3Row && w.format == QFormat::E4M3 &&
+           w.granularity == Granularity::PerRow && gemm_.compute_capability() >= 90 &&
+           N % 16 == 0 && C >= 16 && C % 16 == 0 && OC % 16 == 0 && aligned(out) && aligned(x) &&
+           aligned(x_cast) && aligned(w.codes);
   }
 
   static FormatQuantizer quantizer(const QTensor& q, const QuantizedStep& qs) {
@@ -349,11 +531,15 @@ class CudaBackend final : public Backend {
 
   // Declaration order is destruction order reversed: buffers go before the engine and the stream.
   Stream stream_;
+  cuda::OpProfiler prof_;  // its events belong to the stream's device; destroyed after buffers
   cuda::GemmEngine gemm_;
   std::vector<DeviceBuffer> buffers_;
   void* sum_squares_ = nullptr;  // 1 + kSumSquaresScratch doubles: the result, then the partials
   GrowingScratch scratch_f32_{"cuda scratch (fp32)", sizeof(float)};
   GrowingScratch weight_bf16_{"bf16 weight for the GEMMs", sizeof(bf16)};
+  GrowingScratch padded_act_{"padded logits / dlogits for the head GEMMs", sizeof(bf16)};
+  GrowingScratch fp8_act_{"FP8 activation codes + scales", 1};
+  GrowingScratch attention_scores_{"attention scores (GEMM path)", 1};
 };
 
 }  // namespace

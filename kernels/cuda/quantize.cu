@@ -3,11 +3,14 @@
 // Row-wise: one block of 256 threads per row: block-reduce |x| max -> group_scale -> every
 // element through quantize_value with its Philox draw. Each thread writes whole code bytes (INT4:
 // two elements). Per tensor / 128x128 tiles: the group maxima first, then one code byte per thread.
+// The FP8 forward's bf16 activations: one block per token row, 8 elements per thread and access.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/bf16.h"
 #include "kernels/common/philox.h"
 #include "kernels/common/qformat.h"
 #include "kernels/common/scale_groups.h"
@@ -103,6 +106,47 @@ __global__ void encode_kernel(const float* __restrict__ x, uint8_t* __restrict__
   }
 }
 
+// grid (N), block (kThreads): row r of x (N, C) bf16 -> scales[r], codes (N, C) and x_cast (N, C)
+// bf16 (see quantize_cast_e4m3_rows). Thread t handles the 8-element vectors t, t + kThreads, ...
+// of the row: one 16-byte load of bf16, one 8-byte store of codes, one 16-byte store of x_cast
+// (little-endian: element k of a vector sits in bits 16 * (k % 2) of word k / 2, and in byte k of
+// the code vector). The row is read twice (max, then encode); the second read mostly hits L1/L2.
+// x_cast may alias x: every thread reads its elements for the max before block_max synchronises,
+// and later rewrites only the elements it has just read.
+__global__ void __launch_bounds__(kThreads)
+    quantize_cast_e4m3_rows_kernel(uint8_t* __restrict__ codes, float* __restrict__ scales,
+                                   uint16_t* x_cast, const uint16_t* x, int64_t C) {
+  const int64_t row = blockIdx.x, vecs = C / 8;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * C);
+  uint4* cr = reinterpret_cast<uint4*>(x_cast + row * C);
+  uint2* qr = reinterpret_cast<uint2*>(codes + row * C);
+
+  float m = 0.0f;
+  for (int64_t v = threadIdx.x; v < vecs; v += kThreads) {
+    const uint4 p = xr[v];
+    const uint32_t w[4] = {p.x, p.y, p.z, p.w};
+    for (int k = 0; k < 8; ++k)
+      m = fmaxf(m, fabsf(bf16_to_float(uint16_t(w[k / 2] >> (16 * (k % 2))))));
+  }
+  const float scale = group_scale(QFormat::E4M3, block_max<kThreads>(m));
+  if (threadIdx.x == 0) scales[row] = scale;
+
+  for (int64_t v = threadIdx.x; v < vecs; v += kThreads) {
+    const uint4 p = xr[v];
+    const uint32_t w[4] = {p.x, p.y, p.z, p.w};
+    uint32_t q[2] = {0u, 0u}, out[4] = {0u, 0u, 0u, 0u};
+    for (int k = 0; k < 8; ++k) {
+      const float val = bf16_to_float(uint16_t(w[k / 2] >> (16 * (k % 2))));
+      const uint8_t code = quantize_value(QFormat::E4M3, Rounding::RTN, val, scale, 0u);
+      q[k / 4] |= uint32_t(code) << (8 * (k % 4));
+      out[k / 2] |= uint32_t(float_to_bf16(dequantize_value(QFormat::E4M3, code, scale)))
+                    << (16 * (k % 2));
+    }
+    qr[v] = make_uint2(q[0], q[1]);
+    cr[v] = make_uint4(out[0], out[1], out[2], out[3]);
+  }
+}
+
 }  // namespace
 
 int64_t quantize_scratch_floats(int64_t rows, int64_t /*cols*/, Granularity granularity) {
@@ -150,6 +194,21 @@ cudaError_t quantize_rows(const float* x, uint8_t* codes, float* scales, int64_t
   if (x == nullptr || codes == nullptr || scales == nullptr) return cudaErrorInvalidValue;
   quantize_rows_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, codes, scales, cols, format,
                                                            rounding, seed, step, tensor_id);
+  return cudaGetLastError();
+}
+
+cudaError_t quantize_cast_e4m3_rows(uint8_t* codes, float* scales, __nv_bfloat16* x_cast,
+                                    const __nv_bfloat16* x, int64_t N, int64_t C,
+                                    cudaStream_t s) {
+  if (N < 0 || N > int64_t(INT32_MAX) || C < 8 || C % 8 != 0) return cudaErrorInvalidValue;
+  if (N == 0) return cudaSuccess;
+  if (!codes || !scales || !x_cast || !x) return cudaErrorInvalidValue;
+  const auto aligned = [](const void* p, uintptr_t a) {
+    return reinterpret_cast<uintptr_t>(p) % a == 0;
+  };
+  if (!aligned(x, 16) || !aligned(x_cast, 16) || !aligned(codes, 8)) return cudaErrorInvalidValue;
+  quantize_cast_e4m3_rows_kernel<<<unsigned(N), kThreads, 0, s>>>(
+      codes, scales, reinterpret_cast<uint16_t*>(x_cast), reinterpret_cast<const uint16_t*>(x), C);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,8 @@
-// Host entry point of the row-wise quantize kernel (see quantize.cu): fp32 rows -> codes + one
-// fp32 scale per row, the forward FP8 weights/activations and the no-master re-quantization.
+// Host entry points of the quantize kernels (see quantize.cu): fp32 rows -> codes + one fp32
+// scale per row (weights, the no-master re-quantization), any granularity, and the bf16
+// activations of an FP8 forward GEMM -> E4M3 codes + row scales + their dequantized bf16 copy.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -35,5 +37,19 @@ cudaError_t quantize_matrix(const float* x, uint8_t* codes, float* scales, int64
                             int64_t cols, QFormat format, Granularity granularity,
                             Rounding rounding, uint64_t seed, uint64_t step, uint32_t tensor_id,
                             float* scratch, cudaStream_t s = nullptr);
+
+// The activation side of the FP8 forward GEMM (GemmEngine::matmul_forward_fp8), in one pass over
+// x (N, C) bf16, per token row: scale = group_scale(E4M3, max |x|) -> scales (N) fp32,
+// code = E4M3 RTN of x / scale -> codes (N, C) bytes, and x_cast (N, C) bf16 = bf16(decode(code)
+// * scale), exactly what cast_e4m3_rows (convert.cuh) writes. Codes and scales are bit-identical
+// to eco::quantize of the same values (as fp32) on a PerRow E4M3 QTensor with RTN: the
+// kernels/common codecs. x_cast may alias x.
+// Launch assumptions, checked here (cudaErrorInvalidValue otherwise): 0 <= N < 2^31 (one block
+// per row), C >= 8 and a multiple of 8 (each thread moves 8 elements: 16-byte loads and stores
+// of bf16, 8-byte stores of codes), x and x_cast 16-byte aligned, codes 8-byte aligned, non-null
+// buffers when N > 0. The FP8 GEMM's own conditions (multiples of 16) are stricter.
+cudaError_t quantize_cast_e4m3_rows(uint8_t* codes, float* scales, __nv_bfloat16* x_cast,
+                                    const __nv_bfloat16* x, int64_t N, int64_t C,
+                                    cudaStream_t s = nullptr);
 
 }  // namespace eco::cuda

@@ -246,6 +246,7 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("seed", t.seed);
     r.get("out_dir", t.out_dir);
     r.get("threads", t.threads);
+    r.get("profile", t.profile);
     r.finish();
     require(t.batch_size >= 1, origin, "train.batch_size", "must be >= 1");
     require(t.grad_accum >= 1, origin, "train.grad_accum", "must be >= 1");
@@ -375,6 +376,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "seed" << YAML::Value << c.train.seed;
   e << YAML::Key << "out_dir" << YAML::Value << c.train.out_dir;
   e << YAML::Key << "threads" << YAML::Value << c.train.threads;
+  e << YAML::Key << "profile" << YAML::Value << c.train.profile;
   e << YAML::EndMap;
   e << YAML::Key << "precision" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "treatment" << YAML::Value << c.precision.treatment;

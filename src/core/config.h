@@ -64,6 +64,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
   std::string out_dir = "runs/default";
   int threads = 0;                // 0 = all cores
+  bool profile = false;           // per-operation ms/step breakdown (CUDA backend)
 };
 
 struct PrecisionConfig {

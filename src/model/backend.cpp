@@ -1,9 +1,25 @@
-// Backend selection by the config's `device`.
+// Backend selection by the config's `device`, and the default (emulated) quantized linear layer.
 #include "model/backend.h"
 
 #include "core/error.h"
 
 namespace eco {
+
+void Backend::quantized_linear_forward(const Tensor& out, const Tensor& x_cast, const Tensor& x,
+                                       const QTensor& w, const Tensor& w_scratch,
+                                       const Tensor& bias, int N, int C, int OC, ActCast act) {
+  cast_activations(x_cast, x, N, C, act);
+  dequantize(w_scratch, w);
+  matmul_forward(out, x_cast, w_scratch, bias, N, C, OC);
+}
+
+void Backend::quantized_linear_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                                        const Tensor& dout, const Tensor& x_cast,
+                                        const QTensor& w, const Tensor& w_scratch, int N, int C,
+                                        int OC) {
+  dequantize(w_scratch, w);
+  matmul_backward(dinp, dw, dbias, dout, x_cast, w_scratch, N, C, OC);
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& device) {
   if (device == "cpu") return make_cpu_backend(DType::F32);

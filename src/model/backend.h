@@ -70,6 +70,24 @@ class Backend {
   // Wait for all queued work (timing). Operations that return host values synchronise anyway.
   virtual void synchronize() {}
 
+  // ---- profiling ------------------------------------------------------------------------------
+  // A named range around a piece of work (a layer's forward, the optimizer step, data loading):
+  // NVTX ranges on CUDA, shown by Nsight Systems; nothing on the CPU. Use ScopedRange.
+  virtual void range_push(const char* /*name*/) {}
+  virtual void range_pop() {}
+  // Per-operation timing for the ms/step breakdown. While enabled, every backend operation is
+  // timed on the device and summed by operation name; take_profile() returns the totals since
+  // enabling or since the last take (largest first) and resets them. Backends without it return
+  // nothing.
+  struct OpTime {
+    std::string name;
+    int64_t calls;
+    double ms;
+  };
+  virtual bool supports_profiling() const { return false; }
+  virtual void set_profiling(bool /*on*/) {}
+  virtual std::vector<OpTime> take_profile() { return {}; }
+
   // ---- memory -------------------------------------------------------------------------------
   // Allocate a zero-filled tensor that lives as long as the backend; recorded in the ledger
   // (quantizable_param: it belongs to a block linear, for the per-quantized-parameter figures).
@@ -144,6 +162,27 @@ class Backend {
   virtual void cast_activations(const Tensor& out, const Tensor& x, int N, int C,
                                 ActCast cast) = 0;
 
+  // ---- linear layers whose weight is held quantized (ParamStore::LinearWeight) --------------
+  // Forward of x (N, C) through w (OC, C), a QTensor:
+  //   x_cast (N, C) = cast_activations(x, act); may alias x; what the backward must see as input
+  //   out (N, OC)   = x_cast @ dequant(w)^T + bias (OC; may be empty)
+  // w_scratch (OC, C) fp32 is a buffer the implementation may overwrite (the dequantized weight).
+  // The default is the emulation every backend can run: cast_activations, dequantize into
+  // w_scratch, matmul_forward. A backend may override it with a GEMM on the codes that computes
+  // the same products (CUDA on sm_90+: FP8 E4M3 x E4M3 with row-wise scales); out then differs
+  // from the emulation by the GEMM's summation order and output rounding only.
+  virtual void quantized_linear_forward(const Tensor& out, const Tensor& x_cast, const Tensor& x,
+                                        const QTensor& w, const Tensor& w_scratch,
+                                        const Tensor& bias, int N, int C, int OC, ActCast act);
+  // Its backward, as matmul_backward on the dequantized weight with x_cast as the input:
+  // dinp (N, C) += dout (N, OC) @ dequant(w), dw (OC, C) += dout^T @ x_cast, dbias += column sums
+  // of dout. The default dequantizes into w_scratch and calls matmul_backward; an override may
+  // decode the codes straight into the GEMM's operand type (CUDA: bf16), with the same values.
+  virtual void quantized_linear_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
+                                         const Tensor& dout, const Tensor& x_cast,
+                                         const QTensor& w, const Tensor& w_scratch, int N, int C,
+                                         int OC);
+
   // ---- optimizer ----------------------------------------------------------------------------
   virtual double sum_squares(const Tensor& x, int64_t n) = 0;
   // One AdamW step over n elements of a parameter (param, grad, m, v are parallel arrays).
@@ -163,6 +202,18 @@ class Backend {
 
  protected:
   MemoryLedger ledger_;
+};
+
+// A range for the scope's lifetime (Backend::range_push / range_pop).
+class ScopedRange {
+ public:
+  ScopedRange(Backend& be, const char* name) : be_(be) { be_.range_push(name); }
+  ~ScopedRange() { be_.range_pop(); }
+  ScopedRange(const ScopedRange&) = delete;
+  ScopedRange& operator=(const ScopedRange&) = delete;
+
+ private:
+  Backend& be_;
 };
 
 // The CPU reference backend in fp32 (training) or fp64 (gradient checks).

@@ -61,6 +61,11 @@ Tensor ParamStore::compute(size_t i) {
   return value_[i];
 }
 
+ParamStore::LinearWeight ParamStore::linear_weight(size_t i) {
+  if (!quantized(i)) return {nullptr, Tensor{}, compute(i)};
+  return {&*qt_[i], scratch_.slice(0, table_.specs[i].shape), Tensor{}};
+}
+
 void ParamStore::init(uint64_t seed) {
   for (size_t i = 0; i < table_.specs.size(); ++i) {
     const auto& s = table_.specs[i];

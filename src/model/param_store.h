@@ -33,6 +33,20 @@ class ParamStore {
   // weights) a dequantized copy in a shared scratch that is valid until the next compute() call.
   Tensor compute(size_t i);
 
+  // A weight as a linear layer's GEMMs read it (Transformer::linear_forward / linear_backward).
+  // Stored quantized: `quantized` points at the QTensor (the only copy the forward may use), and
+  // `scratch` is a fp32 view of the weight's shape on the buffer compute() uses, which the
+  // backend may dequantize into (Backend::quantized_linear_forward / _backward). Otherwise
+  // `quantized` is null and `dense` is compute(i). This is storage, not the treatment: the
+  // caller picks the Backend operation by whether `quantized` is set, never by treatment name.
+  // Valid until the next compute() or linear_weight() call (they share the scratch).
+  struct LinearWeight {
+    const QTensor* quantized = nullptr;
+    Tensor scratch;  // with quantized
+    Tensor dense;    // without
+  };
+  LinearWeight linear_weight(size_t i);
+
   // GPT-2 initialisation (normal(0, init_std) or constants), then quantization (RTN) where stored
   // quantized. Deterministic for a seed.
   void init(uint64_t seed);

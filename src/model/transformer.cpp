@@ -92,10 +92,29 @@ int Transformer::index(const std::string& name) const {
   return -1;
 }
 
+// A weight stored quantized goes to the backend as its QTensor: the backend decides how its
+// GEMM reads the codes (CUDA: an FP8 GEMM where it can; else the emulation the CPU runs).
 void Transformer::linear_forward(const Tensor& out, const Tensor& inp, const Tensor& cast_inp,
                                  int w_idx, int b_idx, int N, int C, int OC) {
-  be_.cast_activations(cast_inp, inp, N, C, store_.treatment().act);
-  be_.matmul_forward(out, cast_inp, w(w_idx), w(b_idx), N, C, OC);
+  const ActCast act = store_.treatment().act;
+  const ParamStore::LinearWeight lw = store_.linear_weight(size_t(w_idx));
+  if (lw.quantized) {
+    be_.quantized_linear_forward(out, cast_inp, inp, *lw.quantized, lw.scratch, w(b_idx), N, C,
+                                 OC, act);
+  } else {
+    be_.cast_activations(cast_inp, inp, N, C, act);
+    be_.matmul_forward(out, cast_inp, lw.dense, w(b_idx), N, C, OC);
+  }
+}
+
+void Transformer::linear_backward(const Tensor& dinp, const Tensor& dout, const Tensor& cast_inp,
+                                  int w_idx, int b_idx, int N, int C, int OC) {
+  const ParamStore::LinearWeight lw = store_.linear_weight(size_t(w_idx));
+  if (lw.quantized)
+    be_.quantized_linear_backward(dinp, g(w_idx), g(b_idx), dout, cast_inp, *lw.quantized,
+                                  lw.scratch, N, C, OC);
+  else
+    be_.matmul_backward(dinp, g(w_idx), g(b_idx), dout, cast_inp, lw.dense, N, C, OC);
 }
 
 void Transformer::zero_grad() { be_.zero(grads_); }
@@ -129,6 +148,7 @@ void Transformer::forward(int B, int T) {
   be_.embedding_forward(encoded_, tokens_, w(wte_), w(wpe_), B, T, C);  // (N, C)
   Tensor x = encoded_;
   for (int l = 0; l < cfg_.n_layer; ++l) {
+    const ScopedRange range(be_, fmt::format("layer {} forward", l).c_str());
     const LayerParams& p = layers_[l];
     LayerActs& a = acts_[l];
     norm_forward(a.norm1, a.norm1_mean, a.norm1_rstd, x, w(p.norm1_w), w(p.norm1_b), N);
@@ -152,6 +172,7 @@ void Transformer::forward(int B, int T) {
     be_.residual_forward(a.resid_out, a.resid_mid, scratch_c_, int64_t(N) * C);
     x = a.resid_out;
   }
+  const ScopedRange range(be_, "final norm + head forward");
   norm_forward(norm_f_, norm_f_mean_, norm_f_rstd_, x, w(norm_f_w_), w(norm_f_b_), N);
   be_.matmul_forward(logits_, norm_f_, w(head_), Tensor{}, N, C, cfg_.vocab_size);  // (N, V)
 }
@@ -179,34 +200,36 @@ void Transformer::backward(int B, int T) {
   const int FC = cfg_.is_llama() ? 2 * H : H;
   const Tensor x_last = acts_.back().resid_out;
 
-  be_.zero(d_norm_);
-  be_.matmul_backward(d_norm_, g(head_), Tensor{}, logits_, norm_f_, w(head_), N, C,
-                      cfg_.vocab_size);
-  be_.zero(d_resid_);
-  norm_backward(d_resid_, g(norm_f_w_), g(norm_f_b_), d_norm_, x_last, w(norm_f_w_),
-                norm_f_mean_, norm_f_rstd_, N);
+  {
+    const ScopedRange range(be_, "head + final norm backward");
+    be_.zero(d_norm_);
+    be_.matmul_backward(d_norm_, g(head_), Tensor{}, logits_, norm_f_, w(head_), N, C,
+                        cfg_.vocab_size);
+    be_.zero(d_resid_);
+    norm_backward(d_resid_, g(norm_f_w_), g(norm_f_b_), d_norm_, x_last, w(norm_f_w_),
+                  norm_f_mean_, norm_f_rstd_, N);
+  }
   // Invariant at the top of each iteration: d_resid_ = dL/d(resid_out of layer l).
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    const ScopedRange range(be_, fmt::format("layer {} backward", l).c_str());
     const LayerParams& p = layers_[l];
     const LayerActs& a = acts_[l];
     const Tensor x_in = l == 0 ? encoded_ : acts_[l - 1].resid_out;
     // MLP branch: resid_out = resid_mid + proj(act(fc(norm2(resid_mid)))).
     be_.zero(d_act_);
-    be_.matmul_backward(d_act_, g(p.mlp_proj_w), g(p.mlp_proj_b), d_resid_, a.act,
-                        w(p.mlp_proj_w), N, H, C);
+    linear_backward(d_act_, d_resid_, a.act, p.mlp_proj_w, p.mlp_proj_b, N, H, C);
     be_.zero(d_fc_);
     if (cfg_.is_llama())
       be_.swiglu_backward(d_fc_, d_act_, a.fc, N, H);
     else
       be_.gelu_backward(d_fc_, a.fc, d_act_, int64_t(N) * H);
     be_.zero(d_norm_);
-    be_.matmul_backward(d_norm_, g(p.fc_w), g(p.fc_b), d_fc_, a.norm2, w(p.fc_w), N, C, FC);
+    linear_backward(d_norm_, d_fc_, a.norm2, p.fc_w, p.fc_b, N, C, FC);
     norm_backward(d_resid_, g(p.norm2_w), g(p.norm2_b), d_norm_, a.resid_mid, w(p.norm2_w),
                   a.norm2_mean, a.norm2_rstd, N);  // d_resid_ = dL/d(resid_mid)
     // Attention branch: resid_mid = x_in + proj(attn(qkv(norm1(x_in)))).
     be_.zero(d_atty_);
-    be_.matmul_backward(d_atty_, g(p.proj_w), g(p.proj_b), d_resid_, a.proj_in, w(p.proj_w), N,
-                        C, C);
+    linear_backward(d_atty_, d_resid_, a.proj_in, p.proj_w, p.proj_b, N, C, C);
     if (cfg_.is_llama()) {
       be_.zero(d_qkv_rope_);
       be_.attention_backward(d_qkv_rope_, d_att_scratch_, d_atty_, a.qkv_rope, a.atty, a.att, B,
@@ -219,8 +242,7 @@ void Transformer::backward(int B, int T) {
                              NH);
     }
     be_.zero(d_norm_);
-    be_.matmul_backward(d_norm_, g(p.qkv_w), g(p.qkv_b), d_qkv_, a.norm1, w(p.qkv_w), N, C,
-                        3 * C);
+    linear_backward(d_norm_, d_qkv_, a.norm1, p.qkv_w, p.qkv_b, N, C, 3 * C);
     norm_backward(d_resid_, g(p.norm1_w), g(p.norm1_b), d_norm_, x_in, w(p.norm1_w),
                   a.norm1_mean, a.norm1_rstd, N);  // d_resid_ = dL/d(x_in)
   }

@@ -78,6 +78,10 @@ class Transformer {
   // linear's backward must see.
   void linear_forward(const Tensor& out, const Tensor& inp, const Tensor& cast_inp, int w_idx,
                       int b_idx, int N, int C, int OC);
+  // dinp += dout @ W, and the linear's weight and bias gradients, on the weight the forward used
+  // (quantized: its dequantized codes) and cast_inp, the input as that forward cast it.
+  void linear_backward(const Tensor& dinp, const Tensor& dout, const Tensor& cast_inp, int w_idx,
+                       int b_idx, int N, int C, int OC);
 
   ModelConfig cfg_;
   Backend& be_;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
@@ -29,6 +30,36 @@ std::string format_duration(double s) {
   if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
   if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
   return fmt::format("{}s", t);
+}
+
+// The per-operation breakdown of the profiled steps (train.profile): a table in the log, and the
+// same figures for summary.json. "other" is the step's wall time not covered by device work of
+// backend operations: host work, synchronisation and launch gaps.
+nlohmann::json profile_report(const std::map<std::string, std::pair<int64_t, double>>& ops,
+                              int64_t steps, double wall_ms) {
+  std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(ops.begin(), ops.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  const double step_ms = wall_ms / double(steps);
+  double covered = 0;
+  std::string table = fmt::format("per-operation time over {} steps ({:.2f} ms/step):\n", steps,
+                                  step_ms);
+  table += fmt::format("  {:<32} {:>10} {:>10} {:>7}\n", "operation", "calls/step", "ms/step",
+                       "share");
+  nlohmann::json by_op = nlohmann::json::object();
+  for (const auto& [name, cm] : rows) {
+    const double ms = cm.second / double(steps);
+    covered += ms;
+    table += fmt::format("  {:<32} {:>10.1f} {:>10.3f} {:>6.1f}%\n", name,
+                         double(cm.first) / double(steps), ms, 100.0 * ms / step_ms);
+    by_op[name] = {{"calls_per_step", double(cm.first) / double(steps)}, {"ms_per_step", ms}};
+  }
+  const double other = std::max(0.0, step_ms - covered);
+  table += fmt::format("  {:<32} {:>10} {:>10.3f} {:>6.1f}%", "other (host, sync, gaps)", "",
+                       other, 100.0 * other / step_ms);
+  spdlog::info("{}", table);
+  return {{"steps", steps}, {"ms_per_step", step_ms}, {"other_ms_per_step", other},
+          {"operations", by_op}};
 }
 
 nlohmann::json memory_json(const MemoryLedger& ledger, int64_t params, int64_t quantizable) {
@@ -231,13 +262,34 @@ int Trainer::run(const RunOptions& opts) {
   bool diverged = false;
   std::string last_sample;
 
+  // train.profile: the per-operation breakdown of the steps after the first kProfileSkip (which
+  // pick GEMM algorithms and grow scratch buffers). Each profiled step starts by discarding what
+  // ran since the last one (eval, samples, checkpoints) and ends by collecting its own operations.
+  constexpr int64_t kProfileSkip = 5;
+  const bool profile = tc.profile && backend_->supports_profiling();
+  if (tc.profile && !profile)
+    spdlog::warn("train.profile: the {} backend has no per-operation timing; ignored",
+                 backend_->name());
+  std::map<std::string, std::pair<int64_t, double>> prof_ops;  // name -> calls, ms
+  int64_t prof_steps = 0;
+  double prof_wall_ms = 0;
+
   for (; step < total; ++step) {
+    const bool profiled = profile && step >= start + kProfileSkip;
+    if (profiled) {
+      if (step == start + kProfileSkip) backend_->set_profiling(true);
+      backend_->take_profile();
+    }
     const auto t0 = clock::now();
     const double lr = lr_at(cfg_.optim, step, warmup, total);
     model_->zero_grad();
     double loss_sum = 0;
     for (int micro = 0; micro < tc.grad_accum; ++micro) {
-      train_data_->batch(step * tc.grad_accum + micro, in.data(), tgt.data());
+      {
+        const ScopedRange range(*backend_, "data");
+        train_data_->batch(step * tc.grad_accum + micro, in.data(), tgt.data());
+      }
+      const ScopedRange range(*backend_, "forward + backward");
       loss_sum += model_->forward_backward(in.data(), tgt.data(), B, T, 1.0f / tc.grad_accum);
     }
     train_loss = loss_sum / tc.grad_accum;
@@ -248,8 +300,19 @@ int Trainer::run(const RunOptions& opts) {
       diverged = true;
       break;
     }
-    opt_->step(lr, gnorm);
+    {
+      const ScopedRange range(*backend_, "optimizer step");
+      opt_->step(lr, gnorm);
+    }
+    if (profiled) {
+      for (const auto& op : backend_->take_profile()) {
+        auto& [calls, op_ms] = prof_ops[op.name];
+        calls += op.calls;
+        op_ms += op.ms;
+      }
+    }
     const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    if (profiled) ++prof_steps, prof_wall_ms += ms;
     // Exponential average of step time (the first steps are warm-up and excluded).
     if (step > start) recent_ms = timed_steps++ == 0 ? ms : 0.9 * recent_ms + 0.1 * ms;
     const int64_t done = step + 1;
@@ -315,6 +378,10 @@ int Trainer::run(const RunOptions& opts) {
       {"memory", memory_json(backend_->ledger(), model_->table().total,
                              model_->table().count_quantizable())}};
   if (floor) summary["entropy_floor"] = *floor;
+  if (prof_steps > 0) {
+    summary["profile"] = profile_report(prof_ops, prof_steps, prof_wall_ms);
+    backend_->set_profiling(false);
+  }
   write_json_file((fs::path(tc.out_dir) / "summary.json").string(), summary);
   if (floor && std::isfinite(val_loss))
     spdlog::info("final val loss {:.4f} vs entropy floor {:.4f} ({:+.1f}%)", val_loss, *floor,

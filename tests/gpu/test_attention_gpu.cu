@@ -1,10 +1,13 @@
-// GPU tests: causal attention forward/backward (kernels/cuda/attention.cuh) against the CPU twin
+// GPU tests: causal attention forward/backward on both CUDA paths, the flash kernel
+// (attention.cuh) and the tensor-core GEMMs (attention_gemm.cuh), against the CPU twin
 // eco::cpu::attention_forward/backward<float> run on the same bf16-rounded inputs.
 // Tolerances: the GPU stores out and dqkv in bf16 (8 significant bits: rounding alone gives a
 // relative-norm error of ~1.6e-3) and computes in fp32 in another order than BLAS, and backward
 // takes D = rowsum(dout * out) from the bf16 out (as FlashAttention does): forward 5e-3,
-// backward 1e-2. lse is fp32 throughout: checked against float64 to 2e-5 (absolute; values are
-// O(log T), the fp32 dot products of hs <= 128 terms err by ~1e-6).
+// backward 1e-2. The GEMM path also rounds P and dS to bf16 for the GEMMs that read them (as
+// FlashAttention does; ~1e-3 relative each, independent across elements): the same bounds.
+// lse is fp32 throughout: checked against float64 to 2e-5 (absolute; values are O(log T), the
+// fp32 dot products of hs <= 128 terms err by ~1e-6).
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -19,10 +22,14 @@
 #include "kernels/common/bf16.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_gemm.cuh"
+#include "kernels/cuda/gemm.h"
+#include "model/backend.h"
 
 namespace eco {
 namespace {
 
+using bf16 = __nv_bfloat16;
 using gputest::poison;
 using gputest::randn;
 using gputest::rel_err;
@@ -31,6 +38,11 @@ using gputest::to_host;
 
 struct AttnShape {
   int B, T, NH, hs;
+  int C() const { return NH * hs; }
+  size_t n_qkv() const { return size_t(B) * T * 3 * C(); }
+  size_t n_out() const { return size_t(B) * T * C(); }
+  size_t n_lse() const { return size_t(B) * NH * T; }
+  size_t n_att() const { return n_lse() * T; }
   std::string str() const {
     char buf[64];
     std::snprintf(buf, sizeof buf, "B%d T%d NH%d hs%d", B, T, NH, hs);
@@ -38,10 +50,16 @@ struct AttnShape {
   }
 };
 
-// Ragged T (1, 7, 64, 129: one key, under one tile, whole tiles, one past), NH in {1, 3, 12},
-// hs in {16, 64} and the 128 limit.
-const std::vector<AttnShape> kShapes = {{1, 1, 1, 16},   {2, 7, 3, 16},   {1, 64, 12, 64},
-                                        {2, 129, 3, 64}, {1, 129, 1, 16}, {2, 33, 2, 128}};
+// Flash kernel: ragged T (1, 7, 64, 129: one key, under one tile, whole tiles, one past),
+// NH in {1, 3, 12}, hs in {16, 64} and the 128 limit.
+const std::vector<AttnShape> kFlashShapes = {{1, 1, 1, 16},   {2, 7, 3, 16},   {1, 64, 12, 64},
+                                             {2, 129, 3, 64}, {1, 129, 1, 16}, {2, 33, 2, 128}};
+// GEMM path: T = 1 (one key), 7 and 100 (score rows padded to 8 and 104), 257 (one past a
+// multiple of 128 and of the row kernels' 128-column step), 1024 (GPT-2); hs 64, 128 and 24 (a
+// multiple of 8, not of 16).
+const std::vector<AttnShape> kGemmShapes = {{1, 1, 2, 64},   {2, 7, 3, 64},    {2, 100, 2, 64},
+                                            {1, 257, 3, 64}, {1, 1024, 2, 64}, {2, 129, 2, 128},
+                                            {2, 33, 3, 24}};
 
 // Random normals rounded to bf16: the bits for the GPU, their exact float values for the CPU.
 struct Bf16Data {
@@ -63,12 +81,58 @@ std::vector<float> bf16_values(const std::vector<uint16_t>& bits) {
   return v;
 }
 
-__nv_bfloat16* bf16_ptr(const cuda::DeviceBuffer& d) { return d.get<__nv_bfloat16>(); }
+bf16* bf16_ptr(const cuda::DeviceBuffer& d) { return d.get<bf16>(); }
+
+// One implementation of the attention.cuh contract under test (asynchronous on stream 0).
+class AttentionPath {
+ public:
+  virtual ~AttentionPath() = default;
+  virtual void forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s) = 0;
+  virtual void backward(bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out,
+                        const float* lse, const AttnShape& s) = 0;
+};
+
+class FlashPath final : public AttentionPath {
+ public:
+  void forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s) override {
+    ECO_CHECK_CUDA(cuda::attention_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH));
+  }
+  void backward(bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out,
+                const float* lse, const AttnShape& s) override {
+    ECO_CHECK_CUDA(cuda::attention_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T, s.C(), s.NH));
+  }
+};
+
+// The GEMM path with its own engine; the score scratch is poisoned before every call, so that
+// nothing can rely on a previous call's S or P (or on zeros it did not write).
+class GemmPath final : public AttentionPath {
+ public:
+  void forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s) override {
+    void* w = scratch(s);
+    cuda::attention_gemm_forward(gemm_, out, lse, qkv, w, scratch_.bytes(), s.B, s.T, s.C(), s.NH);
+  }
+  void backward(bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out,
+                const float* lse, const AttnShape& s) override {
+    void* w = scratch(s);
+    cuda::attention_gemm_backward(gemm_, dqkv, D, w, scratch_.bytes(), dout, qkv, out, lse, s.B,
+                                  s.T, s.C(), s.NH);
+  }
+
+ private:
+  void* scratch(const AttnShape& s) {
+    const size_t bytes = cuda::attention_gemm_scratch_bytes(s.T, s.NH);
+    if (scratch_.bytes() < bytes) scratch_ = cuda::DeviceBuffer(bytes);
+    poison(scratch_);
+    return scratch_.get();
+  }
+  cuda::GemmEngine gemm_;
+  cuda::DeviceBuffer scratch_;
+};
 
 // lse[b, h, t] = log sum_{u <= t} exp(q_t . k_u / sqrt(hs)), in float64.
 std::vector<double> reference_lse(const std::vector<float>& qkv, const AttnShape& s) {
-  const int C = s.NH * s.hs;
-  std::vector<double> lse(size_t(s.B) * s.NH * s.T);
+  const int C = s.C();
+  std::vector<double> lse(s.n_lse());
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < s.NH; ++h)
       for (int t = 0; t < s.T; ++t) {
@@ -89,62 +153,55 @@ std::vector<double> reference_lse(const std::vector<float>& qkv, const AttnShape
   return lse;
 }
 
-TEST(GpuAttention, ForwardMatchesCpuTwin) {
-  ECO_REQUIRE_GPU();
-  for (const auto& s : kShapes) {
+// out within 5e-3 of the CPU twin, lse within 2e-5 of float64; out and lse poisoned first.
+void expect_forward_matches_cpu(AttentionPath& path, const std::vector<AttnShape>& shapes) {
+  for (const auto& s : shapes) {
     SCOPED_TRACE(s.str());
-    const int C = s.NH * s.hs;
-    const size_t n_qkv = size_t(s.B) * s.T * 3 * C, n_out = size_t(s.B) * s.T * C,
-                 n_lse = size_t(s.B) * s.NH * s.T;
-    const Bf16Data qkv = random_bf16(n_qkv, 100 + s.T, 1.0f);
-
-    std::vector<float> ref(n_out), att(size_t(s.B) * s.NH * s.T * s.T);
-    cpu::attention_forward(ref.data(), att.data(), qkv.values.data(), s.B, s.T, C, s.NH);
+    const Bf16Data qkv = random_bf16(s.n_qkv(), 100 + s.T + s.hs, 1.0f);
+    std::vector<float> ref(s.n_out()), att(s.n_att());
+    cpu::attention_forward(ref.data(), att.data(), qkv.values.data(), s.B, s.T, s.C(), s.NH);
 
     auto d_qkv = to_device(qkv.bits);
-    cuda::DeviceBuffer d_out(n_out * 2), d_lse(n_lse * sizeof(float));
+    cuda::DeviceBuffer d_out(s.n_out() * 2), d_lse(s.n_lse() * sizeof(float));
     poison(d_out);
     poison(d_lse);
-    ECO_CHECK_CUDA(cuda::attention_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv),
-                                           s.B, s.T, C, s.NH));
+    path.forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv), s);
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
 
-    EXPECT_LT(rel_err(bf16_values(to_host<uint16_t>(d_out, n_out)), ref), 5e-3);
-    const auto lse = to_host<float>(d_lse, n_lse);
+    EXPECT_LT(rel_err(bf16_values(to_host<uint16_t>(d_out, s.n_out())), ref), 5e-3);
+    const auto lse = to_host<float>(d_lse, s.n_lse());
     const auto lse_ref = reference_lse(qkv.values, s);
-    for (size_t i = 0; i < n_lse; ++i) ASSERT_NEAR(lse[i], lse_ref[i], 2e-5) << "lse " << i;
+    for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], lse_ref[i], 2e-5) << "lse " << i;
   }
 }
 
-TEST(GpuAttention, BackwardAccumulatesCpuTwinsGradient) {
-  ECO_REQUIRE_GPU();
-  for (const auto& s : kShapes) {
+// fwd's out and lse, then bwd's gradient accumulated into a non-zero dqkv, against the CPU twin
+// (1e-2, on dqkv and on the gradient alone); bwd's D scratch poisoned first.
+void expect_backward_matches_cpu(AttentionPath& fwd, AttentionPath& bwd,
+                                 const std::vector<AttnShape>& shapes) {
+  for (const auto& s : shapes) {
     SCOPED_TRACE(s.str());
-    const int C = s.NH * s.hs;
-    const size_t n_qkv = size_t(s.B) * s.T * 3 * C, n_out = size_t(s.B) * s.T * C,
-                 n_lse = size_t(s.B) * s.NH * s.T, n_att = size_t(s.B) * s.NH * s.T * s.T;
-    const Bf16Data qkv = random_bf16(n_qkv, 200 + s.T, 1.0f);
-    const Bf16Data dout = random_bf16(n_out, 300 + s.T, 1.0f);
+    const size_t n_qkv = s.n_qkv();
+    const Bf16Data qkv = random_bf16(n_qkv, 200 + s.T + s.hs, 1.0f);
+    const Bf16Data dout = random_bf16(s.n_out(), 300 + s.T + s.hs, 1.0f);
     // dqkv starts non-zero (backward accumulates), small next to the gradient so that its bf16
     // rounding does not hide gradient errors.
-    const Bf16Data dqkv0 = random_bf16(n_qkv, 400 + s.T, 0.05f);
+    const Bf16Data dqkv0 = random_bf16(n_qkv, 400 + s.T + s.hs, 0.05f);
 
     auto d_qkv = to_device(qkv.bits), d_dout = to_device(dout.bits);
-    cuda::DeviceBuffer d_out(n_out * 2), d_lse(n_lse * sizeof(float)),
-        d_scratch(n_lse * sizeof(float));
-    ECO_CHECK_CUDA(cuda::attention_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv),
-                                           s.B, s.T, C, s.NH));
+    cuda::DeviceBuffer d_out(s.n_out() * 2), d_lse(s.n_lse() * sizeof(float)),
+        d_scratch(s.n_lse() * sizeof(float));
+    fwd.forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv), s);
 
-    std::vector<float> out(n_out), att(n_att), scratch(n_att), ref = dqkv0.values;
-    cpu::attention_forward(out.data(), att.data(), qkv.values.data(), s.B, s.T, C, s.NH);
+    std::vector<float> out(s.n_out()), att(s.n_att()), scratch(s.n_att()), ref = dqkv0.values;
+    cpu::attention_forward(out.data(), att.data(), qkv.values.data(), s.B, s.T, s.C(), s.NH);
     cpu::attention_backward(ref.data(), scratch.data(), dout.values.data(), qkv.values.data(),
-                            att.data(), s.B, s.T, C, s.NH);
+                            att.data(), s.B, s.T, s.C(), s.NH);
 
     auto d_dqkv = to_device(dqkv0.bits);
     poison(d_scratch);
-    ECO_CHECK_CUDA(cuda::attention_backward(bf16_ptr(d_dqkv), d_scratch.get<float>(),
-                                            bf16_ptr(d_dout), bf16_ptr(d_qkv), bf16_ptr(d_out),
-                                            d_lse.get<float>(), s.B, s.T, C, s.NH));
+    bwd.backward(bf16_ptr(d_dqkv), d_scratch.get<float>(), bf16_ptr(d_dout), bf16_ptr(d_qkv),
+                 bf16_ptr(d_out), d_lse.get<float>(), s);
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
     const auto got = bf16_values(to_host<uint16_t>(d_dqkv, n_qkv));
     EXPECT_LT(rel_err(got, ref), 1e-2);
@@ -159,36 +216,50 @@ TEST(GpuAttention, BackwardAccumulatesCpuTwinsGradient) {
   }
 }
 
-TEST(GpuAttention, ForwardAndBackwardAreDeterministic) {
-  ECO_REQUIRE_GPU();
-  const AttnShape s{2, 129, 3, 64};
-  const int C = s.NH * s.hs;
-  const size_t n_qkv = size_t(s.B) * s.T * 3 * C, n_out = size_t(s.B) * s.T * C,
-               n_lse = size_t(s.B) * s.NH * s.T;
-  const Bf16Data qkv = random_bf16(n_qkv, 501, 1.0f), dout = random_bf16(n_out, 502, 1.0f),
-                 dqkv0 = random_bf16(n_qkv, 503, 0.05f);
+// Two identical forward + backward runs give the same bits (out, lse, dqkv).
+void expect_deterministic(AttentionPath& path, const AttnShape& s) {
+  const Bf16Data qkv = random_bf16(s.n_qkv(), 501, 1.0f), dout = random_bf16(s.n_out(), 502, 1.0f),
+                 dqkv0 = random_bf16(s.n_qkv(), 503, 0.05f);
   auto d_qkv = to_device(qkv.bits), d_dout = to_device(dout.bits);
-  cuda::DeviceBuffer d_out(n_out * 2), d_lse(n_lse * sizeof(float)),
-      d_scratch(n_lse * sizeof(float));
+  cuda::DeviceBuffer d_out(s.n_out() * 2), d_lse(s.n_lse() * sizeof(float)),
+      d_scratch(s.n_lse() * sizeof(float));
   std::vector<uint16_t> outs[2], grads[2];
   std::vector<float> lses[2];
   for (int run = 0; run < 2; ++run) {
     poison(d_out);
     poison(d_lse);
     auto d_dqkv = to_device(dqkv0.bits);
-    ECO_CHECK_CUDA(cuda::attention_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv),
-                                           s.B, s.T, C, s.NH));
-    ECO_CHECK_CUDA(cuda::attention_backward(bf16_ptr(d_dqkv), d_scratch.get<float>(),
-                                            bf16_ptr(d_dout), bf16_ptr(d_qkv), bf16_ptr(d_out),
-                                            d_lse.get<float>(), s.B, s.T, C, s.NH));
+    path.forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv), s);
+    path.backward(bf16_ptr(d_dqkv), d_scratch.get<float>(), bf16_ptr(d_dout), bf16_ptr(d_qkv),
+                  bf16_ptr(d_out), d_lse.get<float>(), s);
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
-    outs[run] = to_host<uint16_t>(d_out, n_out);
-    lses[run] = to_host<float>(d_lse, n_lse);
-    grads[run] = to_host<uint16_t>(d_dqkv, n_qkv);
+    outs[run] = to_host<uint16_t>(d_out, s.n_out());
+    lses[run] = to_host<float>(d_lse, s.n_lse());
+    grads[run] = to_host<uint16_t>(d_dqkv, s.n_qkv());
   }
   EXPECT_EQ(outs[0], outs[1]);
-  EXPECT_EQ(0, std::memcmp(lses[0].data(), lses[1].data(), n_lse * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(lses[0].data(), lses[1].data(), s.n_lse() * sizeof(float)));
   EXPECT_EQ(grads[0], grads[1]);
+}
+
+// ---- the flash kernel ---------------------------------------------------------------------------
+
+TEST(GpuAttention, ForwardMatchesCpuTwin) {
+  ECO_REQUIRE_GPU();
+  FlashPath flash;
+  expect_forward_matches_cpu(flash, kFlashShapes);
+}
+
+TEST(GpuAttention, BackwardAccumulatesCpuTwinsGradient) {
+  ECO_REQUIRE_GPU();
+  FlashPath flash;
+  expect_backward_matches_cpu(flash, flash, kFlashShapes);
+}
+
+TEST(GpuAttention, ForwardAndBackwardAreDeterministic) {
+  ECO_REQUIRE_GPU();
+  FlashPath flash;
+  expect_deterministic(flash, {2, 129, 3, 64});
 }
 
 TEST(GpuAttention, RejectsHeadSizeAbove128AndRaggedHeads) {
@@ -199,6 +270,125 @@ TEST(GpuAttention, RejectsHeadSizeAbove128AndRaggedHeads) {
   EXPECT_EQ(cuda::attention_forward(p, f, p, 1, 4, 2 * 129, 2), cudaErrorInvalidValue);  // hs 129
   EXPECT_EQ(cuda::attention_forward(p, f, p, 1, 4, 10, 3), cudaErrorInvalidValue);       // C % NH
   EXPECT_EQ(cuda::attention_backward(p, f, p, p, p, f, 1, 0, 64, 1), cudaErrorInvalidValue);  // T 0
+}
+
+// ---- the tensor-core GEMM path ------------------------------------------------------------------
+
+TEST(GpuAttentionGemm, ForwardMatchesCpuTwin) {
+  ECO_REQUIRE_GPU();
+  GemmPath gemm;
+  expect_forward_matches_cpu(gemm, kGemmShapes);
+}
+
+TEST(GpuAttentionGemm, BackwardAccumulatesCpuTwinsGradient) {
+  ECO_REQUIRE_GPU();
+  GemmPath gemm;
+  expect_backward_matches_cpu(gemm, gemm, kGemmShapes);
+}
+
+// The backend may run a forward on one path and its backward on the other: both save the same
+// lse (flash forward -> GEMM backward, and the reverse).
+TEST(GpuAttentionGemm, BackwardTakesTheFlashKernelsLseAndViceVersa) {
+  ECO_REQUIRE_GPU();
+  FlashPath flash;
+  GemmPath gemm;
+  const std::vector<AttnShape> shapes = {{2, 7, 3, 64}, {1, 257, 2, 64}};
+  expect_backward_matches_cpu(flash, gemm, shapes);
+  expect_backward_matches_cpu(gemm, flash, shapes);
+}
+
+TEST(GpuAttentionGemm, ForwardAndBackwardAreDeterministic) {
+  ECO_REQUIRE_GPU();
+  GemmPath gemm;
+  expect_deterministic(gemm, {2, 257, 3, 64});
+}
+
+// Host-only (runs without a GPU): the conditions the backend chooses the path by.
+TEST(GpuAttentionGemm, TakesHeadSizesOfMultiplesOf8WithAlignedBuffersOnly) {
+  alignas(16) static char buf[64];
+  const void* p = buf;
+  EXPECT_TRUE(cuda::attention_gemm_supported(8, 1024, 768, 12, {p, p}));  // GPT-2 124M
+  EXPECT_TRUE(cuda::attention_gemm_supported(1, 1, 128, 1, {p}));
+  EXPECT_FALSE(cuda::attention_gemm_supported(2, 64, 36, 3, {p}));             // hs 12
+  EXPECT_FALSE(cuda::attention_gemm_supported(2, 64, 10, 3, {p}));             // C % NH
+  EXPECT_FALSE(cuda::attention_gemm_supported(2, 0, 768, 12, {p}));            // T 0
+  EXPECT_FALSE(cuda::attention_gemm_supported(2, 64, 768, 12, {p, buf + 2}));  // misaligned
+  EXPECT_FALSE(cuda::attention_gemm_supported(2, 64, 768, 12, {p, nullptr}));
+  // Score rows padded to 8 elements: 16-byte aligned in bf16 and fp32.
+  EXPECT_EQ(cuda::attention_gemm_ld(1), 8);
+  EXPECT_EQ(cuda::attention_gemm_ld(100), 104);
+  EXPECT_EQ(cuda::attention_gemm_ld(1024), 1024);
+  EXPECT_EQ(cuda::attention_gemm_scratch_bytes(1024, 12), size_t(12) * 1024 * 1024 * 6);
+}
+
+TEST(GpuAttentionGemm, RejectsUnsupportedCallsNamingTheShapes) {
+  ECO_REQUIRE_GPU();
+  cuda::GemmEngine gemm;
+  cuda::DeviceBuffer buf(1 << 20);
+  auto* p = bf16_ptr(buf);
+  float* f = buf.get<float>();
+  std::string hs12 = "no error", small_scratch = "no error";
+  try {
+    cuda::attention_gemm_forward(gemm, p, f, p, buf.get(), buf.bytes(), 1, 4, 36, 3);  // hs 12
+  } catch (const std::exception& e) {  // eco::Error
+    hs12 = e.what();
+  }
+  try {  // T 1024, NH 12 need 72 MiB of scratch
+    cuda::attention_gemm_backward(gemm, p, f, buf.get(), buf.bytes(), p, p, p, f, 1, 1024, 768, 12);
+  } catch (const std::exception& e) {  // eco::Error
+    small_scratch = e.what();
+  }
+  EXPECT_NE(hs12.find("B=1 T=4 C=36 NH=3: the GEMM path needs"), std::string::npos) << hs12;
+  EXPECT_NE(small_scratch.find("B=1 T=1024 C=768 NH=12: scratch of"), std::string::npos)
+      << small_scratch;
+}
+
+// ---- the backend's choice -----------------------------------------------------------------------
+
+// Bytes the backend's ledger holds for the GEMM path's score scratch (cuda_backend.cpp's name).
+uint64_t gemm_scratch_in_ledger(const Backend& be) {
+  uint64_t bytes = 0;
+  for (const auto& e : be.ledger().entries())
+    if (e.name.rfind("attention scores (GEMM path)", 0) == 0) bytes += e.bytes;
+  return bytes;
+}
+
+// Runs the backend's attention forward and backward on random inputs with out poisoned; returns
+// whether every element of out and dqkv came back finite.
+bool backend_attention_writes_finite(Backend& be, int B, int T, int C, int NH) {
+  const int64_t N = int64_t(B) * T;
+  const auto bf16_tensor = [&](const char* name, int64_t cols, uint64_t seed) {
+    Tensor t = be.alloc(name, {N, cols}, DType::BF16, MemCategory::Workspace);
+    be.copy_from_host(t, random_bf16(size_t(N * cols), seed, 1.0f).bits.data());
+    return t;
+  };
+  const Tensor qkv = bf16_tensor("qkv", 3 * C, 11), dout = bf16_tensor("dout", C, 12);
+  const Tensor out = be.alloc("out", {N, C}, DType::BF16, MemCategory::Workspace);
+  const Tensor dqkv = be.alloc("dqkv", {N, 3 * C}, DType::BF16, MemCategory::Workspace);
+  const auto state = be.attention_state_shape(B, NH, T);
+  const Tensor lse = be.alloc("lse", state, DType::F32, MemCategory::Activations);
+  const Tensor scratch = be.alloc("D", state, DType::F32, MemCategory::Workspace);
+  be.copy_from_host(out, std::vector<uint16_t>(size_t(N * C), 0xFFFF).data());  // NaN
+  be.attention_forward(out, lse, qkv, B, T, C, NH);
+  be.attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+  const auto all_finite = [](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+  };
+  return all_finite(to_host_floats(be, out)) && all_finite(to_host_floats(be, dqkv));
+}
+
+TEST(GpuAttentionGemm, BackendTakesTheGemmPathForGpt2Shape) {
+  ECO_REQUIRE_GPU();
+  auto be = make_cuda_backend();
+  EXPECT_TRUE(backend_attention_writes_finite(*be, 8, 1024, 768, 12));
+  EXPECT_EQ(gemm_scratch_in_ledger(*be), cuda::attention_gemm_scratch_bytes(1024, 12));
+}
+
+TEST(GpuAttentionGemm, BackendFallsBackToTheFlashKernelForHeadSize12) {
+  ECO_REQUIRE_GPU();
+  auto be = make_cuda_backend();
+  EXPECT_TRUE(backend_attention_writes_finite(*be, 2, 64, 36, 3));
+  EXPECT_EQ(gemm_scratch_in_ledger(*be), 0u);
 }
 
 }  // namespace

@@ -171,5 +171,70 @@ TEST(GpuBackend, SumSquaresMatchesCpuInDouble) {
   }
 }
 
+// The linear layer through the backend with output channels that are not a multiple of 8 (GPT-2's
+// vocabulary): the CUDA backend runs these GEMMs on zero-padded copies (see pad_out_channels).
+// Against the CPU backend on the same bf16-representable values: forward out, and backward dinp
+// and dW, both accumulating into non-zero starting values. Tolerance: bf16 output rounding and
+// fp32 accumulation in another order: relative (norm) error <= 5e-3 (bf16 outputs), 1e-4 (the
+// fp32 weight gradient). Outputs are poisoned (NaN) before the forward, so unwritten elements fail.
+TEST(GpuBackend, LinearWithUnalignedOutputChannelsMatchesCpu) {
+  ECO_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  auto cpu = make_cpu_backend();
+  struct Case {
+    int N, C, OC;
+  };
+  for (const Case& k : {Case{5, 16, 37}, Case{64, 768, 1031}, Case{96, 64, 50257}}) {
+    const int N = k.N, C = k.C, OC = k.OC;
+    auto bf16_values = [](std::vector<float> v) {
+      for (float& x : v) x = bf16_to_float(float_to_bf16(x));
+      return v;
+    };
+    auto bits_of = [](const std::vector<float>& v) {
+      std::vector<uint16_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) b[i] = float_to_bf16(v[i]);
+      return b;
+    };
+    auto floats_of = [](const std::vector<uint16_t>& b) {
+      std::vector<float> v(b.size());
+      for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_float(b[i]);
+      return v;
+    };
+    const auto x = bf16_values(gputest::randn(size_t(N) * C, 500 + OC));
+    const auto w = bf16_values(gputest::randn(size_t(OC) * C, 600 + OC, 0.05f));
+    const auto dout = bf16_values(gputest::randn(size_t(N) * OC, 700 + OC));
+    const auto dinp0 = bf16_values(gputest::randn(size_t(N) * C, 800 + OC));
+    const auto dw0 = gputest::randn(size_t(OC) * C, 900 + OC);
+
+    // CPU reference.
+    const Tensor cx = upload(*cpu, x, DType::F32, {N, C}), cw = upload(*cpu, w, DType::F32, {OC, C});
+    const Tensor cout_ = cpu->alloc("out", {N, OC}, DType::F32, MemCategory::Workspace);
+    cpu->matmul_forward(cout_, cx, cw, Tensor{}, N, C, OC);
+    const Tensor cdinp = upload(*cpu, dinp0, DType::F32, {N, C});
+    const Tensor cdw = upload(*cpu, dw0, DType::F32, {OC, C});
+    cpu->matmul_backward(cdinp, cdw, Tensor{}, upload(*cpu, dout, DType::F32, {N, OC}), cx, cw, N,
+                         C, OC);
+
+    // CUDA.
+    const Tensor gx = upload(*gpu, bits_of(x), DType::BF16, {N, C});
+    const Tensor gw = upload(*gpu, w, DType::F32, {OC, C});
+    const Tensor gout = upload(*gpu, std::vector<uint16_t>(size_t(N) * OC, 0x7FC0), DType::BF16,
+                               {N, OC});  // NaN
+    gpu->matmul_forward(gout, gx, gw, Tensor{}, N, C, OC);
+    const Tensor gdinp = upload(*gpu, bits_of(dinp0), DType::BF16, {N, C});
+    const Tensor gdw = upload(*gpu, dw0, DType::F32, {OC, C});
+    gpu->matmul_backward(gdinp, gdw, Tensor{}, upload(*gpu, bits_of(dout), DType::BF16, {N, OC}),
+                         gx, gw, N, C, OC);
+
+    const auto out = floats_of(download<uint16_t>(*gpu, gout));
+    const auto dinp = floats_of(download<uint16_t>(*gpu, gdinp));
+    const auto dw = download<float>(*gpu, gdw);
+    for (float v : out) ASSERT_TRUE(std::isfinite(v)) << N << "x" << C << "x" << OC;
+    EXPECT_LE(gputest::rel_err(out, download<float>(*cpu, cout_)), 5e-3) << OC;
+    EXPECT_LE(gputest::rel_err(dinp, download<float>(*cpu, cdinp)), 5e-3) << OC;
+    EXPECT_LE(gputest::rel_err(dw, download<float>(*cpu, cdw)), 1e-4) << OC;
+  }
+}
+
 }  // namespace
 }  // namespace eco

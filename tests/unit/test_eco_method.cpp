@@ -274,6 +274,59 @@ TEST(EcoSgdm, VirtualSequenceFollowsPlainSgd) {
   EXPECT_LE(worst, 1e-12);
 }
 
+// Why ECO with round-to-nearest lags where ECO with SR does not (the shakespeare runs: ECO-RTN's
+// gap grows as the lr decays; int4-eco-rtn is worse than int4-naive-rtn). ECO keeps the error in
+// the momentum: the next step pays back only (1-b) e, the rest over ~1/(1-b) steps. With no
+// gradient, theta_{t+1} = w_t - lr b m_t, and while |lr b m_t| < step/2 RTN returns w_t again,
+// e = -lr b m_t and the injection restores m exactly: m_{t+1} = b m_t + (1/lr)(1 - 1/b) e = m_t.
+// The weight is frozen with a pending correction of up to step / (2 b), i.e. with the virtual
+// iterate (w - lr b/(1-b) m, which ECO.md says follows plain SGD) up to step / (2 (1-b)) =
+// 5 grid steps away (b = 0.9), for ever. SR takes the pending correction as a probability and
+// moves the weight on average; master weights (which ECO's virtual sequence imitates) end at the
+// virtual iterate. Fixed grid of step 1, float64 element math of the library, wd 0, no gradient.
+TEST(EcoSgdm, RoundToNearestFreezesAWeightFiveGridStepsFromItsVirtualIterate) {
+  const SgdmCoeffs c{0.01f, 0.9f, 0.0f, 1.0f};
+  const double lr = c.lr, b = c.beta, k = lr * b / (1 - b);
+  // ECO from w = 0 with momentum m0; returns the weight after `steps` steps of zero gradient.
+  auto eco_run = [&](double m0, bool stochastic, uint64_t seed, int steps) {
+    GridQuantizer q;
+    q.fixed_step = 1.0f;
+    q.stochastic = stochastic;
+    q.seed = seed;
+    double w = 0, m = m0;
+    for (int t = 0; t < steps; ++t) {
+      eco::sgdm_moment(0.0, m, c);
+      const double theta = eco::sgdm_theta(w, m, c);
+      q.step = uint64_t(t);
+      w = q.index(theta, 0);  // step 1: the grid index is the value
+      m = eco::sgdm_inject(m, theta - w, c);
+    }
+    return std::pair{w, w - k * m};  // the weight and the virtual iterate
+  };
+  // Pending correction lr*b*m0 = 0.45 (< 1/2): RTN never moves the weight, the virtual iterate
+  // stays 0.45 / (1-b) = 4.5 steps away (b is float(0.9), so 4.4999989; float64 rounding: 1e-9).
+  const double m0 = -0.45 / (lr * b), lag = 0.45 / (1 - b);
+  const auto [w_rtn, y_rtn] = eco_run(m0, false, 0, 2000);
+  EXPECT_EQ(w_rtn, 0.0);
+  EXPECT_NEAR(y_rtn, lag, 1e-9);
+  // Just past the threshold (0.51 > 1/2) the same run moves at once.
+  EXPECT_GE(eco_run(-0.51 / (lr * b), false, 0, 1).first, 1.0);
+  // Master-weight SGDM from the same state: x_T = -lr m0 (b + ... + b^T) -> 4.5; its RTN copy
+  // ends at 4 or 5 (4.5 - tiny: 4).
+  double x = 0, m = m0;
+  for (int t = 0; t < 2000; ++t) {
+    eco::sgdm_moment(0.0, m, c);
+    x = eco::sgdm_theta(x, m, c);
+  }
+  EXPECT_NEAR(x, lag, 1e-9);
+  // ECO with SR: the weight's mean over 4000 seeds reaches the virtual iterate (E[e] = 0, so
+  // E[m] decays like b^t and E[w] = y - k E[m] -> 4.5). A run's weight scatters about 1 step
+  // around it (|k m| stays ~1), so the standard error is ~0.02; tolerance 0.1.
+  double sum = 0;
+  for (uint64_t seed = 1; seed <= 4000; ++seed) sum += eco_run(m0, true, seed, 400).first;
+  EXPECT_NEAR(sum / 4000, lag, 0.1);
+}
+
 // ---- ECO.md's coefficients, one step by hand ------------------------------------------------
 
 // One element on a fixed grid of step 0.25; w = 1 and the step is too small to move it, so the

@@ -130,9 +130,8 @@ TEST(ForwardCast, E4m3RowCastEqualsPerRowQuantizeDequantize) {
   EXPECT_GT(changed, N * C / 2) << "the cast must actually round (E4M3 has 3 mantissa bits)";
 }
 
-// Under a quantized treatment the forward sees exactly the dequantized codes, and no fp32 copy
-// of the block linears exists without a master.
-TEST(ParamStore, QuantizedParametersAreCodesAndScalesOnly) {
+// One Llama layer, d 32: every kind of parameter, small.
+ModelConfig tiny_llama() {
   ModelConfig m;
   m.family = "llama";
   m.n_layer = 1;
@@ -142,8 +141,14 @@ TEST(ParamStore, QuantizedParametersAreCodesAndScalesOnly) {
   m.seq_len = 8;
   m.mlp_hidden = 64;
   m.tie_embeddings = false;
+  return m;
+}
+
+// Under a quantized treatment the forward sees exactly the dequantized codes, and no fp32 copy
+// of the block linears exists without a master.
+TEST(ParamStore, QuantizedParametersAreCodesAndScalesOnly) {
   auto be = make_cpu_backend();
-  Transformer model(m, *be, 1, treatment_from_name("fp8-eco-rtn"));
+  Transformer model(tiny_llama(), *be, 1, treatment_from_name("fp8-eco-rtn"));
   model.init_weights(5);
   ParamStore& st = model.store();
   for (size_t i = 0; i < st.size(); ++i) {
@@ -156,6 +161,36 @@ TEST(ParamStore, QuantizedParametersAreCodesAndScalesOnly) {
     dequantize(q, ref.data());
     be->copy_to_host(got.data(), st.compute(i));
     EXPECT_EQ(got, ref) << s.name;
+  }
+}
+
+// The linear-weight view: quantized storage gives the QTensor and a fp32 scratch of the weight's
+// shape (what Backend::quantized_linear_forward / _backward take); everything else (plain
+// parameters, every parameter under fp32 or bf16-mw) gives the compute view.
+TEST(ParamStore, LinearWeightViewIsTheQTensorWhereStoredQuantized) {
+  for (const char* t : {"fp8-eco-sr", "fp8-mw-rtn", "int4-eco-rtn", "bf16-mw", "fp32"}) {
+    auto be = make_cpu_backend();
+    Transformer model(tiny_llama(), *be, 1, treatment_from_name(t));
+    model.init_weights(5);
+    ParamStore& st = model.store();
+    for (size_t i = 0; i < st.size(); ++i) {
+      const auto& s = model.table().specs[i];
+      const auto what = ::testing::Message() << t << " " << s.name;
+      const ParamStore::LinearWeight lw = st.linear_weight(i);
+      ASSERT_EQ(lw.quantized != nullptr, st.quantized(i)) << what;
+      if (lw.quantized) {
+        EXPECT_EQ(lw.quantized, &st.qtensor(i)) << what;
+        EXPECT_EQ(lw.scratch.shape, s.shape) << what;
+        EXPECT_EQ(lw.scratch.dtype, DType::F32) << what;
+        EXPECT_TRUE(lw.dense.empty()) << what;
+      } else {
+        std::vector<float> view(size_t(s.numel())), compute(view.size());
+        be->copy_to_host(view.data(), lw.dense);
+        be->copy_to_host(compute.data(), st.compute(i));
+        EXPECT_EQ(view, compute) << what;
+        EXPECT_TRUE(lw.scratch.empty()) << what;
+      }
+    }
   }
 }
 
