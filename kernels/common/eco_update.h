@@ -202,6 +202,49 @@ ECO_HD void quantized_update_pass2(const Rule& rule, const Q& q, UpdatePolicy po
   }
 }
 
+// ---- the same two passes on values held in registers -----------------------------------------
+// The CUDA register kernel loads each element's grad, m, v and code once (vector loads), keeps
+// theta in a register across the group's absmax reduction, and stores each output once. It runs
+// these two functions, which are pass1/pass2 minus the memory traffic: the same operations on
+// the same values in the same order, so they produce the same bits
+// (tests/unit/test_eco_update_values.cpp runs both on every format x rounding x rule x policy x
+// state type). pass2 recomputes theta from the stored moments and the old weight, which gives
+// pass 1's theta bit for bit (see above), so carrying pass 1's theta over is the same value.
+
+// Pass 1 of one element. w: the old weight, q.decode(old code, old_scale) under Naive / Eco, the
+// master weight under Master. m, v: the state before the step (v ignored by rules without one);
+// on return the values pass1 stores. Returns theta (under Master: the new master weight).
+template <class Rule, class S>
+ECO_HD float quantized_update_theta(const Rule& rule, float grad, float w, S& m, S& v) {
+  float mf = to_f32(m);
+  float vf = 0.0f;
+  if constexpr (Rule::kHasV) vf = to_f32(v);
+  rule.moments(grad, mf, vf);
+  m = from_f32<S>(mf);
+  mf = to_f32(m);
+  if constexpr (Rule::kHasV) {
+    v = from_f32<S>(vf);
+    vf = to_f32(v);
+  }
+  return rule.theta(w, mf, vf);
+}
+
+// Pass 2 of one element (linear index elem, the SR draw's counter): returns theta's code on the
+// new grid; under Eco, m (pass 1's stored value) becomes the injected moment. v: pass 1's stored
+// value (ignored by rules without one).
+template <class Rule, class Q, class S>
+ECO_HD uint8_t quantized_update_code(const Rule& rule, const Q& q, UpdatePolicy policy, float theta,
+                                     S& m, S v, float new_scale, int64_t elem) {
+  const uint8_t code = q.encode(theta, new_scale, elem);
+  if (policy == UpdatePolicy::Eco) {
+    float vf = 0.0f;
+    if constexpr (Rule::kHasV) vf = to_f32(v);
+    const float e = theta - q.decode(code, new_scale);
+    m = from_f32<S>(rule.inject(to_f32(m), vf, e));
+  }
+  return code;
+}
+
 // Updates one scale group: its codes, *scale, and m, v (master under Master) at its elements.
 template <class Rule, class Q, class S, class G>
 ECO_HD void quantized_update_group(const Rule& rule, const Q& q, UpdatePolicy policy,

@@ -1,16 +1,33 @@
-// Fused optimizer updates of quantized weights (ECO.md): the per-element math is
-// kernels/common/eco_update.h's quantized_update_pass1/pass2, the same code the CPU driver runs,
-// so both backends write the same bits. Only the schedule is CUDA's:
-//   PerRow / Block128: one block per scale group. Every thread reads the group's old scale into a
-//     register, loops its elements through pass 1 (m, v stored; theta in a register, only its
-//     |.| kept), the block reduces absmax (fmaxf: exact and order-free), every thread derives
-//     the new scale, loops pass 2 (theta recomputed from the stored moments, bit-identical), and
-//     thread 0 writes the new scale last. The scale array is read only before the barrier.
-//   PerTensor (INT4 fine-tuning, or any format): one block cannot stream a whole tensor, so
-//     pass 1 runs over fixed chunks writing per-chunk absmax to scratch, one block reduces them
-//     (old scale -> scratch[0], new scale -> scales[0]), then pass 2 over the same chunks.
-// INT4 packs two codes per byte and store_code is a read-modify-write of the byte: each thread
-// owns whole bytes (element pairs 2u, 2u+1), so no two threads touch one byte.
+// Fused optimizer updates of quantized weights (ECO.md). The per-element math is
+// kernels/common/eco_update.h's, the code the CPU driver runs, so both backends write the same
+// bits; only the schedule is CUDA's.
+//
+// PerRow, the register kernel (rows up to 8192 wide): a team of threads (whole warps) updates one
+// row; each thread owns kQuads quads of 4 consecutive elements, quad j of lane t being the row's
+// quad t + j * team (coalesced). Per thread:
+//   1. load every owned quad's grad, m, v and codes (master under Master) into registers: float4
+//      for fp32, 8 bytes for bf16 state, one 32-bit word for four 8-bit codes, 16 bits for four
+//      INT4 codes (kVec; element-wise loads for ragged or misaligned buffers);
+//   2. pass 1 on the registers (quantized_update_theta): v stored, m stored unless Eco changes it
+//      again, master stored under Master; theta stays in a register, |theta| feeds the absmax;
+//   3. the team's max (warp shuffles, one barrier, fmaxf: exact and order-free); every thread
+//      derives the new scale;
+//   4. pass 2 on the registers (quantized_update_code): codes stored, and m under Eco; lane 0
+//      writes the row's scale, which every lane read before the barrier.
+// Bytes moved: exactly the minimum (fp32 AdamW + E4M3: 13 read + 9 written per element). Short
+// rows share a block (one team per threadIdx.y); a block with fewer rows left than teams keeps
+// its idle teams in the barrier. It runs at the rate of its instructions, not of its bytes: see
+// tools/update_bench.cu.
+//
+// The two-pass kernel (Block128 tiles, rows wider than 8192; forced with GroupKernel::TwoPass):
+// one block per group; pass 1 stores m, v, pass 2 re-reads codes, m and v and recomputes theta
+// (bit-identical). PerTensor (INT4 fine-tuning, or any format): one block cannot stream a whole
+// tensor, so pass 1 runs over fixed chunks writing per-chunk absmax to scratch, one block reduces
+// them (old scale -> scratch[0], new scale -> scales[0]), then pass 2 over the same chunks.
+//
+// INT4 packs two codes per byte and store_code is a read-modify-write of the byte: every kernel
+// gives each thread whole bytes (the register kernel: cols is even for INT4 rows, so every quad
+// starts at an even element and holds 2 or 4 of them), so no two threads touch one byte.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,7 +39,8 @@
 namespace eco::cuda {
 namespace {
 
-constexpr int kGroupThreads = 512;   // group kernel: blockDim.x a multiple of 32, <= 512
+constexpr int kGroupThreads = 512;   // two-pass group kernel: blockDim.x a multiple of 32, <= 512
+constexpr int kRowBlockThreads = 256;  // register kernel: rows share a block up to this many threads
 constexpr int kTensorThreads = 256;  // per-tensor kernels
 constexpr int64_t kTensorUnitsPerBlock = kTensorThreads * 16;
 constexpr int kElementwiseThreads = 256;
@@ -39,6 +57,250 @@ __device__ float block_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
   return v;
 }
+
+// Max of v >= 0 over this thread's team: the blockDim.x threads (whole warps) that share its
+// threadIdx.y. Every thread of the block must call it (one barrier); every thread gets its
+// team's max. One call per kernel.
+__device__ float team_max(float v) {
+  __shared__ float warp_max[32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+  const int warps = int(blockDim.x) >> 5, first = int(threadIdx.y) * warps;
+  if ((threadIdx.x & 31) == 0) warp_max[first + int(threadIdx.x >> 5)] = v;
+  __syncthreads();
+  float m = 0.0f;
+  for (int w = 0; w < warps; ++w) m = fmaxf(m, warp_max[first + w]);
+  return m;
+}
+
+// ---- the register kernel -------------------------------------------------------------------
+
+// Four consecutive states in one access: fp32 as a float4 (16-byte aligned), bf16 bits as two
+// 32-bit words (8-byte aligned), element 0 in the low half.
+__device__ void load_quad(const float* p, float* x) {
+  const float4 t = *reinterpret_cast<const float4*>(p);
+  x[0] = t.x, x[1] = t.y, x[2] = t.z, x[3] = t.w;
+}
+__device__ void load_quad(const uint16_t* p, uint16_t* x) {
+  const uint2 t = *reinterpret_cast<const uint2*>(p);
+  x[0] = uint16_t(t.x), x[1] = uint16_t(t.x >> 16), x[2] = uint16_t(t.y), x[3] = uint16_t(t.y >> 16);
+}
+__device__ void store_quad(float* p, const float* x) {
+  *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+}
+__device__ void store_quad(uint16_t* p, const uint16_t* x) {
+  *reinterpret_cast<uint2*>(p) =
+      make_uint2(uint32_t(x[0]) | uint32_t(x[1]) << 16, uint32_t(x[2]) | uint32_t(x[3]) << 16);
+}
+
+// A quad's codes in one word: element e at bits [e * b, e * b + b), b = 8, or 4 for INT4 (the
+// quad starts at an even element, so its codes are bytes i0 / 2 and i0 / 2 + 1, low nibble
+// first, as qformat.h packs them).
+__device__ uint8_t quad_code(uint32_t word, int e, bool int4) {
+  return int4 ? uint8_t((word >> (4 * e)) & 0xFu) : uint8_t(word >> (8 * e));
+}
+
+// The codes of `count` elements from element i0 (even for INT4). Vector: count == 4 and the
+// word aligned (4 bytes, INT4: 2). Element-wise loops are unrolled with predicates, so that the
+// register arrays they fill are indexed by constants (else they go to local memory).
+template <bool kVec>
+__device__ uint32_t load_quad_codes(const uint8_t* codes, int64_t i0, int count, bool int4) {
+  if constexpr (kVec) {
+    return int4 ? uint32_t(*reinterpret_cast<const uint16_t*>(codes + i0 / 2))
+                : *reinterpret_cast<const uint32_t*>(codes + i0);
+  } else {
+    uint32_t word = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (int4 ? e < 2 && 2 * e < count : e < count)
+        word |= uint32_t(int4 ? codes[i0 / 2 + e] : codes[i0 + e]) << (8 * e);
+    }
+    return word;
+  }
+}
+
+template <bool kVec>
+__device__ void store_quad_codes(uint8_t* codes, int64_t i0, int count, bool int4, uint32_t word) {
+  if constexpr (kVec) {
+    if (int4) *reinterpret_cast<uint16_t*>(codes + i0 / 2) = uint16_t(word);
+    else *reinterpret_cast<uint32_t*>(codes + i0) = word;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (int4 ? e < 2 && 2 * e < count : e < count)
+        (int4 ? codes[i0 / 2 + e] : codes[i0 + e]) = uint8_t(word >> (8 * e));
+    }
+  }
+}
+
+// Four (or `count`) consecutive values of one buffer into x[0..count).
+template <bool kVec, class T>
+__device__ void load_values(const T* p, int64_t i0, int count, T* x) {
+  if constexpr (kVec) {
+    load_quad(p + i0, x);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (e < count) x[e] = p[i0 + e];
+    }
+  }
+}
+template <bool kVec, class T>
+__device__ void store_values(T* p, int64_t i0, int count, const T* x) {
+  if constexpr (kVec) {
+    store_quad(p + i0, x);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (e < count) p[i0 + e] = x[e];
+    }
+  }
+}
+
+// A thread's quads in its row (span: one row, or no elements for a team past the last row):
+// quad j is the row's quad lane + j * team_threads, of quads = ceil(span.cols / 4), the last one
+// ragged when cols % 4 != 0.
+struct QuadMap {
+  GroupSpan span;
+  int quads, lane, team_threads;
+
+  // Quad j's first element (*i0) and its number of elements (0 past the row's end).
+  __device__ int locate(int j, int64_t* i0) const {
+    const int qi = lane + j * team_threads;
+    const int c = 4 * qi;
+    *i0 = span.index(0, c);
+    const int64_t left = span.cols - c;
+    return qi < quads ? (left < 4 ? int(left) : 4) : 0;
+  }
+};
+
+// Specialization. Every element's code is unrolled kQuads * 4 times; runtime switches on the
+// format (four codecs), the rounding and the policy put each element's math in its own branches,
+// which multiplies the code the instruction cache must hold and keeps the compiler from computing
+// the step's uniform terms (1 - lr * wd, the injection's coefficient, ...) once per thread. So the
+// hot case, whole quads of E4M3 codes, has kernels with the format, the rounding and (for Eco)
+// the policy fixed at compile time, and whole quads are computed unconditionally (a quad past
+// the row's end works on zeros and stores nothing), so the kernel adds no per-element branches
+// of its own to the shared math's. kAny: read from the arguments at run time (the other
+// formats, ragged or misaligned rows, Naive / Master, Eco with lr == 0).
+constexpr int kAny = -1;
+
+// Whether the rule's Eco injection runs this step (eco_update.h skips it when lr == 0 or
+// beta == 0, testing exactly these conditions). The Eco-specialized kernels run only where it
+// does (the host checks): each states it once up front, so that the compiler drops the
+// per-element test and computes the injection's coefficient once per thread, not per element.
+__host__ __device__ bool injection_skipped(const AdamWRule& r) {
+  return r.c.lr == 0.0f || r.c.beta1 == 0.0f;
+}
+__host__ __device__ bool injection_skipped(const SgdmRule& r) {
+  return r.c.lr == 0.0f || r.c.beta == 0.0f;
+}
+
+// grid (ceil(rows / teams)), block (team_threads, teams): team threadIdx.y of block x updates
+// row x * teams + threadIdx.y (PerRow scales), lane threadIdx.x owning kQuads quads (QuadMap).
+// team_threads: a multiple of 32, at most kRegisterTeamThreads, team_threads * kQuads >= the
+// row's quads; kVec: cols % 4 == 0 and every buffer aligned for its quad access; kFormat,
+// kRounding, kPolicy: kAny or the value the arguments hold.
+template <class Rule, class S, int kQuads, bool kVec, int kFormat, int kRounding, int kPolicy>
+__global__ void __launch_bounds__(kRegisterTeamThreads)
+    quantized_update_registers_kernel(Rule rule, FormatQuantizer q_arg, UpdatePolicy policy_arg,
+                                      QuantizedUpdateBuffers<S, float> b, float* scales,
+                                      int64_t rows, int64_t cols) {
+  constexpr int kElems = 4 * kQuads;
+  FormatQuantizer q = q_arg;
+  if constexpr (kFormat != kAny) q.format = QFormat(kFormat);
+  if constexpr (kRounding != kAny) q.rounding = Rounding(kRounding);
+  const UpdatePolicy policy = kPolicy != kAny ? UpdatePolicy(kPolicy) : policy_arg;
+  if constexpr (kPolicy == int(UpdatePolicy::Eco)) {
+    if (injection_skipped(rule)) {  // the host never launches this (see above)
+      __trap();
+      __builtin_unreachable();
+    }
+  }
+
+  const int64_t k = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;  // the row
+  const bool active = k < rows;
+  QuadMap map;
+  map.span = active ? GroupSpan{k, 0, 1, cols, cols} : GroupSpan{0, 0, 1, 0, cols};
+  map.quads = int((map.span.cols + 3) / 4);
+  map.lane = int(threadIdx.x);
+  map.team_threads = int(blockDim.x);
+  const bool int4 = q.format == QFormat::INT4, master = policy == UpdatePolicy::Master;
+  const float old_scale = active ? scales[k] : 0.0f;  // read before team_max's barrier
+
+  // Element e of a quad holding `count` elements takes part: kVec quads are whole or empty, and
+  // empty ones are computed on zeros anyway (see above); ragged quads skip their missing tail.
+  auto skip = [](int count, int e) { return kVec ? false : e >= count; };
+
+  // 1. Every load first, so that all of them are in flight together.
+  float grad[kElems] = {}, w[kElems] = {};
+  S m[kElems] = {}, v[kElems] = {};
+  uint32_t words[kQuads];
+#pragma unroll
+  for (int j = 0; j < kQuads; ++j) {
+    int64_t i0;
+    const int count = map.locate(j, &i0);
+    words[j] = 0;
+    if (count == 0) continue;
+    load_values<kVec>(b.grad, i0, count, grad + 4 * j);
+    load_values<kVec>(b.m, i0, count, m + 4 * j);
+    if constexpr (Rule::kHasV) load_values<kVec>(b.v, i0, count, v + 4 * j);
+    if (master) load_values<kVec>(b.master, i0, count, w + 4 * j);
+    else words[j] = load_quad_codes<kVec>(b.codes, i0, count, int4);
+  }
+
+  // 2. Pass 1: the moments, theta; the final v (and m unless Eco injects into it) stored.
+  float theta[kElems];
+  float absmax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kQuads; ++j) {
+    int64_t i0;
+    const int count = map.locate(j, &i0);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int x = 4 * j + e;
+      if (skip(count, e)) continue;
+      const float old_w = master ? w[x] : q.decode(quad_code(words[j], e, int4), old_scale);
+      theta[x] = quantized_update_theta(rule, grad[x], old_w, m[x], v[x]);
+      absmax = fmaxf(absmax, count != 0 ? fabsf(theta[x]) : 0.0f);
+    }
+    if (count == 0) continue;
+    if constexpr (Rule::kHasV) store_values<kVec>(b.v, i0, count, v + 4 * j);
+    if (policy != UpdatePolicy::Eco) store_values<kVec>(b.m, i0, count, m + 4 * j);
+    if (master) store_values<kVec>(b.master, i0, count, theta + 4 * j);
+  }
+
+  // 3. The row's new scale.
+  const float new_scale = q.scale_for(team_max(absmax));
+
+  // 4. Pass 2: the codes (and the injected m under Eco). Branching once on the team-uniform
+  //    new_scale == 0 (an all-zero group) lets the compiler drop quantize_value's per-element
+  //    test of it, as for the injection above.
+  auto pass2 = [&](float scale) {
+#pragma unroll
+    for (int j = 0; j < kQuads; ++j) {
+      int64_t i0;
+      const int count = map.locate(j, &i0);
+      S* mq = m + 4 * j;  // pass 1's stored moments of the quad
+      const S* vq = v + 4 * j;
+      uint32_t word = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (skip(count, e)) continue;
+        const uint8_t code =
+            quantized_update_code(rule, q, policy, theta[4 * j + e], mq[e], vq[e], scale, i0 + e);
+        word |= uint32_t(code) << (int4 ? 4 * e : 8 * e);
+      }
+      if (count == 0) continue;
+      store_quad_codes<kVec>(b.codes, i0, count, int4, word);
+      if (policy == UpdatePolicy::Eco) store_values<kVec>(b.m, i0, count, mq);
+    }
+  };
+  if (new_scale == 0.0f) pass2(0.0f);
+  else pass2(new_scale);
+  if (active && map.lane == 0) scales[k] = new_scale;  // no lane reads scales[k] after the barrier
+}
+
+// ---- the two-pass kernels ------------------------------------------------------------------
 
 // Elements per code byte.
 __device__ int codes_per_byte(const FormatQuantizer& q) {
@@ -148,51 +410,136 @@ int group_threads(int64_t units) {
   return int(warps < 2 ? 2 : warps > kGroupThreads / 32 ? kGroupThreads / 32 : warps) * 32;
 }
 
+// ---- host: choosing and launching ----------------------------------------------------------
+
+// A register-kernel launch: quads per thread, teams of team_threads, teams per block.
+struct RegisterLaunch {
+  int quads = 0;  // 0: the register kernel cannot run these groups
+  int team_threads = 0, teams_per_block = 0;
+};
+
+int forced_quads(GroupKernel k) {
+  switch (k) {
+    case GroupKernel::Registers4: return 1;
+    case GroupKernel::Registers8: return 2;
+    case GroupKernel::Registers16: return 4;
+    default: return 0;
+  }
+}
+
+// PerRow only (rows of ceil(cols / 4) quads). Auto: the fewest elements per thread whose team
+// (at most kRegisterTeamThreads) holds a row: 4 up to 2048 wide, 8 up to 4096, 16 up to 8192;
+// wider rows and Block128 tiles go to the two-pass kernel. The kernel is bound by its
+// instructions, not its bytes (see the header of tools/update_bench.cu), so what pays is warps
+// in flight to hide each element's long dependent chains (divisions, the Philox rounds); fewer
+// elements per thread need fewer registers. On an H200 at GPT-2's 768-wide rows, 8 per thread
+// took 4-14% longer than 4, and 16 per thread 60-80% longer. A 32-per-thread variant (m, v
+// reloaded from L1/L2 in pass 2 to fit the registers; 128x128 tiles, rows up to 16384) took
+// 26-46% longer than the two-pass kernel on 8192x8192 per row and per tile and on 1024x16384,
+// so it was dropped. Short rows share a block (up to kRowBlockThreads threads).
+RegisterLaunch register_launch(GroupKernel kernel, Granularity g, int64_t cols) {
+  RegisterLaunch l;
+  if (g != Granularity::PerRow) return l;
+  const int64_t row_quads = (cols + 3) / 4;
+  for (int quads : {1, 2, 4}) {
+    if (kernel != GroupKernel::Auto && quads != forced_quads(kernel)) continue;
+    const int64_t threads = (row_quads + quads - 1) / quads;
+    const int64_t team = (threads + 31) / 32 * 32;  // whole warps
+    if (team > kRegisterTeamThreads) continue;
+    l.quads = quads;
+    l.team_threads = int(team);
+    l.teams_per_block = l.team_threads < kRowBlockThreads ? kRowBlockThreads / l.team_threads : 1;
+    break;
+  }
+  return l;
+}
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Whether every buffer allows the register kernel's quad accesses.
+template <class S>
+bool quad_aligned(const QuantizedUpdateBuffers<S, float>& b, UpdatePolicy policy, QFormat f,
+                  int64_t cols, bool has_v) {
+  return cols % 4 == 0 && aligned(b.grad, 16) && aligned(b.m, 4 * sizeof(S)) &&
+         (!has_v || aligned(b.v, 4 * sizeof(S))) &&
+         (policy != UpdatePolicy::Master || aligned(b.master, 16)) &&
+         aligned(b.codes, f == QFormat::INT4 ? 2 : 4);
+}
+
+template <class Rule, class S, int kQuads>
+void launch_registers(const Rule& rule, const FormatQuantizer& q, UpdatePolicy policy,
+                      const QuantizedUpdateBuffers<S, float>& b, float* scales, int64_t rows,
+                      int64_t cols, const RegisterLaunch& l, cudaStream_t s) {
+  const unsigned blocks = unsigned((rows + l.teams_per_block - 1) / l.teams_per_block);
+  const dim3 threads(unsigned(l.team_threads), unsigned(l.teams_per_block));
+  auto run = [&](auto kernel) {
+    kernel<<<blocks, threads, 0, s>>>(rule, q, policy, b, scales, rows, cols);
+  };
+  constexpr int kE4m3 = int(QFormat::E4M3), kSr = int(Rounding::SR), kRtn = int(Rounding::RTN);
+  constexpr int kEco = int(UpdatePolicy::Eco);
+  const bool eco = policy == UpdatePolicy::Eco && !injection_skipped(rule);
+  const bool sr = q.rounding == Rounding::SR;
+  if (!quad_aligned(b, policy, q.format, cols, Rule::kHasV)) {
+    run(quantized_update_registers_kernel<Rule, S, kQuads, false, kAny, kAny, kAny>);
+  } else if (q.format != QFormat::E4M3) {
+    run(quantized_update_registers_kernel<Rule, S, kQuads, true, kAny, kAny, kAny>);
+  } else if (sr) {
+    if (eco) run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kSr, kEco>);
+    else run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kSr, kAny>);
+  } else {
+    if (eco) run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kRtn, kEco>);
+    else run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kRtn, kAny>);
+  }
+}
+
 template <class Rule, class S>
 cudaError_t launch_quantized_update(const Rule& rule, const FormatQuantizer& q, UpdatePolicy policy,
                                     const QuantizedUpdateBuffers<S, float>& b, float* scales,
                                     int64_t rows, int64_t cols, Granularity granularity,
-                                    float* scratch, cudaStream_t s) {
+                                    float* scratch, cudaStream_t s, GroupKernel kernel) {
   if (rows < 0 || cols < 1 || rows > int64_t(INT32_MAX) || cols > int64_t(INT32_MAX))
     return cudaErrorInvalidValue;
+  if (!group_kernel_fits(kernel, granularity, rows, cols)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   if (!b.codes || !b.grad || !b.m || !scales) return cudaErrorInvalidValue;
   if (Rule::kHasV && !b.v) return cudaErrorInvalidValue;
   if (policy == UpdatePolicy::Master && !b.master) return cudaErrorInvalidValue;
   const int per = q.format == QFormat::INT4 ? 2 : 1;
-  switch (granularity) {
-    case Granularity::PerRow:
-      if (cols % per != 0) return cudaErrorInvalidValue;
-      quantized_update_groups_kernel<Rule, S, true>
-          <<<unsigned(rows), group_threads(cols / per), 0, s>>>(rule, q, policy, b, scales, rows,
-                                                                cols);
-      return cudaGetLastError();
-    case Granularity::Block128: {
-      if (cols % per != 0) return cudaErrorInvalidValue;
-      const int64_t groups = scale_group_count(granularity, rows, cols);
-      if (groups > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
-      const int64_t tile_units = (rows < kScaleBlock ? rows : kScaleBlock) *
-                                 ((cols < kScaleBlock ? cols : kScaleBlock) / per);
-      quantized_update_groups_kernel<Rule, S, false>
-          <<<unsigned(groups), group_threads(tile_units), 0, s>>>(rule, q, policy, b, scales, rows,
-                                                                  cols);
-      return cudaGetLastError();
-    }
-    case Granularity::PerTensor: {
-      if (!scratch) return cudaErrorInvalidValue;
-      const int64_t n = rows * cols, chunks = tensor_chunks(n, q.format);
-      if (chunks > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
-      tensor_update_pass1_kernel<Rule, S>
-          <<<unsigned(chunks), kTensorThreads, 0, s>>>(rule, q, policy, b, scales, scratch + 1, n);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-      tensor_update_scale_kernel<<<1, kTensorThreads, 0, s>>>(q, scales, scratch, chunks);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-      tensor_update_pass2_kernel<Rule, S>
-          <<<unsigned(chunks), kTensorThreads, 0, s>>>(rule, q, policy, b, scales, scratch, n);
+  if (granularity != Granularity::PerTensor) {
+    if (cols % per != 0) return cudaErrorInvalidValue;
+    const int64_t groups = scale_group_count(granularity, rows, cols);
+    if (groups > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+    const RegisterLaunch l =
+        kernel == GroupKernel::TwoPass ? RegisterLaunch{} : register_launch(kernel, granularity, cols);
+    if (l.quads == 0) {
+      const int64_t units = granularity == Granularity::PerRow
+                                ? cols / per
+                                : (rows < kScaleBlock ? rows : kScaleBlock) *
+                                      ((cols < kScaleBlock ? cols : kScaleBlock) / per);
+      if (granularity == Granularity::PerRow)
+        quantized_update_groups_kernel<Rule, S, true>
+            <<<unsigned(groups), group_threads(units), 0, s>>>(rule, q, policy, b, scales, rows, cols);
+      else
+        quantized_update_groups_kernel<Rule, S, false>
+            <<<unsigned(groups), group_threads(units), 0, s>>>(rule, q, policy, b, scales, rows, cols);
       return cudaGetLastError();
     }
+    if (l.quads == 1) launch_registers<Rule, S, 1>(rule, q, policy, b, scales, rows, cols, l, s);
+    else if (l.quads == 2) launch_registers<Rule, S, 2>(rule, q, policy, b, scales, rows, cols, l, s);
+    else launch_registers<Rule, S, 4>(rule, q, policy, b, scales, rows, cols, l, s);
+    return cudaGetLastError();
   }
-  return cudaErrorInvalidValue;
+  if (!scratch) return cudaErrorInvalidValue;
+  const int64_t n = rows * cols, chunks = tensor_chunks(n, q.format);
+  if (chunks > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+  tensor_update_pass1_kernel<Rule, S>
+      <<<unsigned(chunks), kTensorThreads, 0, s>>>(rule, q, policy, b, scales, scratch + 1, n);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  tensor_update_scale_kernel<<<1, kTensorThreads, 0, s>>>(q, scales, scratch, chunks);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  tensor_update_pass2_kernel<Rule, S>
+      <<<unsigned(chunks), kTensorThreads, 0, s>>>(rule, q, policy, b, scales, scratch, n);
+  return cudaGetLastError();
 }
 
 // ---- plain fp32 steps ----------------------------------------------------------------------
@@ -255,7 +602,7 @@ __global__ void fp32_sgdm_kernel(float* __restrict__ param, const float* __restr
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) { return aligned(p, 16); }
 
 unsigned elementwise_blocks(int64_t n) {
   const int64_t threads = n / 4 > 3 ? n / 4 : 3;  // >= n % 4 threads for the tail
@@ -270,33 +617,44 @@ int64_t quantized_update_scratch_floats(int64_t rows, int64_t cols, QFormat form
   return 1 + tensor_chunks(rows * cols, format);
 }
 
+bool group_kernel_fits(GroupKernel kernel, Granularity granularity, int64_t rows, int64_t cols) {
+  if (kernel == GroupKernel::Auto) return true;
+  if (granularity == Granularity::PerTensor) return false;
+  return kernel == GroupKernel::TwoPass || rows <= 0 || cols <= 0 ||
+         register_launch(kernel, granularity, cols).quads != 0;
+}
+
 cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
                                    UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
                                    float* scales, int64_t rows, int64_t cols,
-                                   Granularity granularity, float* scratch, cudaStream_t s) {
+                                   Granularity granularity, float* scratch, cudaStream_t s,
+                                   GroupKernel kernel) {
   return launch_quantized_update(AdamWRule{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s);
+                                 scratch, s, kernel);
 }
 cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
                                    UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
                                    float* scales, int64_t rows, int64_t cols,
-                                   Granularity granularity, float* scratch, cudaStream_t s) {
+                                   Granularity granularity, float* scratch, cudaStream_t s,
+                                   GroupKernel kernel) {
   return launch_quantized_update(AdamWRule{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s);
+                                 scratch, s, kernel);
 }
 cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
                                   UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
                                   float* scales, int64_t rows, int64_t cols,
-                                  Granularity granularity, float* scratch, cudaStream_t s) {
+                                  Granularity granularity, float* scratch, cudaStream_t s,
+                                  GroupKernel kernel) {
   return launch_quantized_update(SgdmRule{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s);
+                                 scratch, s, kernel);
 }
 cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
                                   UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
                                   float* scales, int64_t rows, int64_t cols,
-                                  Granularity granularity, float* scratch, cudaStream_t s) {
+                                  Granularity granularity, float* scratch, cudaStream_t s,
+                                  GroupKernel kernel) {
   return launch_quantized_update(SgdmRule{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s);
+                                 scratch, s, kernel);
 }
 
 cudaError_t fp32_adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,

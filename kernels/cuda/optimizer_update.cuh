@@ -20,39 +20,59 @@ namespace eco::cuda {
 //
 // Bit-identical to the CPU driver (src/optim/quantized_update.h, quantized_update_matrix) on the
 // same inputs: codes, scales, m, v and master, for every rule x policy x rounding x state type.
-// Both run kernels/common/eco_update.h's quantized_update_pass1/pass2 per element with the same
-// FormatQuantizer (SR draws philox_bits(q.seed, q.step, q.tensor_id, i)); the build's
-// --fmad=false / -ffp-contract=off make every operation round alike.
+// Both run kernels/common/eco_update.h's element math with the same FormatQuantizer (SR draws
+// philox_bits(q.seed, q.step, q.tensor_id, i)): the CPU through quantized_update_pass1/pass2,
+// the register kernel through their register form quantized_update_theta/code (the same
+// operations, the same bits); the build's --fmad=false / -ffp-contract=off make every operation
+// round alike.
 //
 // Launch assumptions, checked here (cudaErrorInvalidValue otherwise):
 //   rows >= 0, 1 <= cols, rows < 2^31, cols < 2^31; codes, grad, m, scales non-null when
 //   rows > 0; v non-null for AdamW; master non-null under UpdatePolicy::Master;
 //   INT4 with PerRow or Block128 groups: cols even (a code byte never spans two groups);
-//   PerTensor: scratch holds quantized_update_scratch_floats(...) floats (else may be null).
-// Any alignment. The stream sees 1 kernel (PerRow, Block128) or 3 (PerTensor).
+//   PerTensor: scratch holds quantized_update_scratch_floats(...) floats (else may be null);
+//   a forced GroupKernel must fit the groups (group_kernel_fits).
+// Any alignment: 16-byte aligned fp32 buffers (8-byte bf16, 4-byte codes, 2-byte INT4 codes)
+// with cols % 4 == 0 take vector loads and stores, anything else element-wise ones.
+// The stream sees 1 kernel (PerRow, Block128) or 3 (PerTensor).
 int64_t quantized_update_scratch_floats(int64_t rows, int64_t cols, QFormat format,
                                         Granularity granularity);
+
+// The kernel of a PerRow / Block128 update (PerTensor has its own).
+//   Registers<N> (PerRow, rows up to kRegisterTeamThreads * N wide): a team of threads updates a
+//     row, each thread owning N of its elements (4 consecutive ones per quad) in registers from
+//     the loads to the stores: grad, m, v and the codes are read once, m, v and the codes
+//     written once (22 B per element for fp32 AdamW + E4M3). Short rows share a block.
+//   TwoPass: one block per group, pass 2 re-reads codes, m and v (any group size).
+//   Auto: the register kernel with the fewest elements per thread that holds a row, else (rows
+//     wider than 8192, Block128 tiles) TwoPass. Tests and the benchmark force the others.
+enum class GroupKernel : uint8_t { Auto, TwoPass, Registers4, Registers8, Registers16 };
+constexpr int kRegisterTeamThreads = 512;  // a register kernel's threads per row, at most
+
+// Whether `kernel` can update (rows, cols) with these groups (Auto and TwoPass always can;
+// PerTensor takes no GroupKernel but Auto).
+bool group_kernel_fits(GroupKernel kernel, Granularity granularity, int64_t rows, int64_t cols);
 
 cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
                                    UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
                                    float* scales, int64_t rows, int64_t cols,
                                    Granularity granularity, float* scratch,
-                                   cudaStream_t s = nullptr);
+                                   cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto);
 cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
                                    UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
                                    float* scales, int64_t rows, int64_t cols,
                                    Granularity granularity, float* scratch,
-                                   cudaStream_t s = nullptr);
+                                   cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto);
 cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
                                   UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
                                   float* scales, int64_t rows, int64_t cols,
                                   Granularity granularity, float* scratch,
-                                  cudaStream_t s = nullptr);
+                                  cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto);
 cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
                                   UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
                                   float* scales, int64_t rows, int64_t cols,
                                   Granularity granularity, float* scratch,
-                                  cudaStream_t s = nullptr);
+                                  cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto);
 
 // ---- plain fp32 steps (embeddings, head, norm gains) ---------------------------------------
 // param, grad, m, v (n) fp32, updated in place element by element with adamw_element /

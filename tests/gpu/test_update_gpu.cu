@@ -4,6 +4,11 @@
 // loops. Tolerance 0: both backends run the same kernels/common element math with the same
 // rounding (--fmad=false, -ffp-contract=off) and the same Philox draws, so every code, scale,
 // moment and master weight must carry the same bits, step after step.
+// The update works in place (codes, scales, m, v are inputs and outputs), so "poisoned outputs"
+// means: every device buffer sits inside 0xFF guard bands that must survive, and the buffers the
+// update must not write (the master weight outside Master, v under SGDM, PerTensor's scratch)
+// start all 0xFF (NaN) and must stay so. An element the kernel skipped would keep its old m and v,
+// which every step changes, so the bit comparison catches it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +29,7 @@
 namespace eco {
 namespace {
 
+using cuda::GroupKernel;
 using gputest::poison;
 using gputest::randn;
 using gputest::to_device;
@@ -52,6 +58,47 @@ std::vector<S> to_state(const std::vector<float>& x) {
   return s;
 }
 
+// n elements of T, every byte 0xFF (NaN for float and bf16).
+template <class T>
+std::vector<T> poison_values(size_t n) {
+  std::vector<T> v(n);
+  std::memset(v.data(), 0xFF, n * sizeof(T));
+  return v;
+}
+
+// A device copy of host data inside 0xFF guard bands of kGuard elements, `offset` elements past
+// the 16-byte-aligned start of the data region (offset 1 misaligns every pointer, which sends
+// the update to its element-wise kernels).
+template <class T>
+class Guarded {
+ public:
+  static constexpr size_t kGuard = 16;
+  Guarded(const std::vector<T>& h, size_t offset)
+      : n_(h.size()), lead_(kGuard + offset), buf_((lead_ + n_ + kGuard) * sizeof(T)) {
+    poison(buf_);
+    if (n_) ECO_CHECK_CUDA(cudaMemcpy(data(), h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  T* data() const { return buf_.get<T>() + lead_; }
+  std::vector<T> host() const {
+    const std::vector<T> all = to_host<T>(buf_, lead_ + n_ + kGuard);
+    return std::vector<T>(all.begin() + long(lead_), all.begin() + long(lead_ + n_));
+  }
+  // The guard bands still all 0xFF.
+  ::testing::AssertionResult guards_intact() const {
+    const std::vector<uint8_t> all = to_host<uint8_t>(buf_, buf_.bytes());
+    for (size_t i = 0; i < all.size(); ++i) {
+      const bool in_data = i >= lead_ * sizeof(T) && i < (lead_ + n_) * sizeof(T);
+      if (!in_data && all[i] != 0xFF)
+        return ::testing::AssertionFailure() << "guard byte " << i << " written";
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+ private:
+  size_t n_, lead_;
+  cuda::DeviceBuffer buf_;
+};
+
 struct UpdateCase {
   bool adamw;
   UpdatePolicy policy;
@@ -59,14 +106,22 @@ struct UpdateCase {
   QFormat format;
   Granularity granularity;
   int64_t rows, cols;
+  GroupKernel kernel = GroupKernel::Auto;
+  size_t offset = 0;  // elements between each buffer's aligned start and the data
 };
+
+const char* kernel_name(GroupKernel k) {
+  static const char* names[] = {"auto", "two-pass", "registers4", "registers8", "registers16"};
+  return names[int(k)];
+}
 
 std::string describe(const UpdateCase& k, bool bf16_state) {
   static const char* policies[] = {"master", "naive", "eco"};
   return std::string(k.adamw ? "adamw" : "sgdm") + " " + policies[int(k.policy)] + " " +
          (k.rounding == Rounding::SR ? "sr" : "rtn") + " " + qformat_name(k.format) + " " +
          granularity_name(k.granularity) + " " + std::to_string(k.rows) + "x" +
-         std::to_string(k.cols) + (bf16_state ? " bf16 state" : " fp32 state");
+         std::to_string(k.cols) + (bf16_state ? " bf16 state" : " fp32 state") + " kernel " +
+         kernel_name(k.kernel) + " offset " + std::to_string(k.offset);
 }
 
 // Three steps of one update on identical host and device copies; all state compared after each.
@@ -90,8 +145,11 @@ void expect_update_matches_cpu(const UpdateCase& k) {
   std::vector<S> v = to_state<S>(v2);
   const std::vector<uint8_t> codes0 = codes;
 
-  auto d_codes = to_device(codes), d_scales = to_device(scales), d_master = to_device(w);
-  auto d_m = to_device(m), d_v = to_device(v);
+  // The buffers the update must not write start poisoned: master outside Master, v under SGDM.
+  const Guarded<uint8_t> d_codes(codes, k.offset);
+  const Guarded<float> d_scales(scales, k.offset);
+  const Guarded<float> d_master(master ? w : poison_values<float>(size_t(n)), k.offset);
+  const Guarded<S> d_m(m, k.offset), d_v(k.adamw ? v : poison_values<S>(size_t(n)), k.offset);
   cuda::DeviceBuffer d_scratch(sizeof(float) * size_t(cuda::quantized_update_scratch_floats(
                                                    k.rows, k.cols, k.format, k.granularity)));
   poison(d_scratch);
@@ -102,90 +160,133 @@ void expect_update_matches_cpu(const UpdateCase& k) {
   const Tensor v_t = k.adamw ? Tensor{v.data(), {n}, state_dtype} : Tensor{};
   for (int64_t step = 1; step <= 3; ++step) {
     std::vector<float> grad = randn(size_t(n), seed + 10 + uint64_t(step), 0.01f);
-    auto d_grad = to_device(grad);
+    const Guarded<float> d_grad(grad, k.offset);
     const Tensor grad_t{grad.data(), {n}, DType::F32};
     const QuantizedStep qs{k.policy, k.rounding, 4242, uint64_t(step), 9};
     const FormatQuantizer fq{k.format, k.rounding, qs.seed, qs.step, qs.tensor_id};
-    const QuantizedUpdateBuffers<S, float> b{
-        d_codes.get<uint8_t>(), master ? d_master.get<float>() : nullptr, d_grad.get<float>(),
-        d_m.template get<S>(), k.adamw ? d_v.template get<S>() : nullptr};
+    const QuantizedUpdateBuffers<S, float> b{d_codes.data(), d_master.data(), d_grad.data(),
+                                             d_m.data(), d_v.data()};
     if (k.adamw) {
       const AdamWStep st{5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, step};
       cpu->quantized_adamw_update(q, master_t, grad_t, m_t, v_t, st, qs);
       ECO_CHECK_CUDA(cuda::quantized_adamw_update(adamw_coeffs(st), fq, k.policy, b,
-                                                  d_scales.get<float>(), k.rows, k.cols,
-                                                  k.granularity, d_scratch.get<float>()));
+                                                  d_scales.data(), k.rows, k.cols, k.granularity,
+                                                  d_scratch.get<float>(), nullptr, k.kernel));
     } else {
       const SgdmStep st{0.05f, 0.9f, 0.1f, 0.7f};
       cpu->quantized_sgdm_update(q, master_t, grad_t, m_t, st, qs);
       ECO_CHECK_CUDA(cuda::quantized_sgdm_update(sgdm_coeffs(st), fq, k.policy, b,
-                                                 d_scales.get<float>(), k.rows, k.cols,
-                                                 k.granularity, d_scratch.get<float>()));
+                                                 d_scales.data(), k.rows, k.cols, k.granularity,
+                                                 d_scratch.get<float>(), nullptr, k.kernel));
     }
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
-    ASSERT_TRUE(same_bits(to_host<uint8_t>(d_codes, codes.size()), codes))
-        << "codes, step " << step;
-    ASSERT_TRUE(same_bits(to_host<float>(d_scales, scales.size()), scales))
-        << "scales, step " << step;
-    ASSERT_TRUE(same_bits(to_host<S>(d_m, m.size()), m)) << "m, step " << step;
-    if (k.adamw) ASSERT_TRUE(same_bits(to_host<S>(d_v, v.size()), v)) << "v, step " << step;
-    if (master)
-      ASSERT_TRUE(same_bits(to_host<float>(d_master, w.size()), w)) << "master, step " << step;
+    ASSERT_TRUE(same_bits(d_codes.host(), codes)) << "codes, step " << step;
+    ASSERT_TRUE(same_bits(d_scales.host(), scales)) << "scales, step " << step;
+    ASSERT_TRUE(same_bits(d_m.host(), m)) << "m, step " << step;
+    ASSERT_TRUE(same_bits(d_v.host(), k.adamw ? v : poison_values<S>(size_t(n)))) << "v, step " << step;
+    ASSERT_TRUE(same_bits(d_master.host(), master ? w : poison_values<float>(size_t(n))))
+        << "master, step " << step;
+    for (auto guards : {d_codes.guards_intact(), d_scales.guards_intact(), d_master.guards_intact(),
+                        d_m.guards_intact(), d_v.guards_intact(), d_grad.guards_intact()})
+      ASSERT_TRUE(guards) << "step " << step;
+    ASSERT_TRUE(same_bits(d_grad.host(), grad)) << "grad is read-only, step " << step;
   }
   // Test power: the steps must have moved some codes (AdamW's steps are ~10% of a weight; SR
-  // redraws every element; SGDM + RTN may legitimately keep every code).
-  if (n >= 64 && (k.adamw || k.rounding == Rounding::SR))
+  // redraws every E4M3 code with a probability of the step over the grid gap). SGDM's steps are
+  // ~0.5% of a weight: under RTN, or on INT4's coarse grid (seen on an H200: 238 INT4 weights, no
+  // code moved in three SR steps), every code may legitimately stay.
+  if (n >= 64 && (k.adamw || (k.rounding == Rounding::SR && k.format != QFormat::INT4)))
     EXPECT_NE(codes, codes0) << "no code changed in three steps";
 }
 
-// Every policy x rounding x state type on each shape.
+// Every rule x policy x rounding x state type on each shape, with `kernel` (where it fits the
+// shape), at offset 0 and, for widths that allow vector access, offset 1 (misaligned buffers).
 using Shapes = std::vector<std::pair<int64_t, int64_t>>;
 
-void expect_all_variants_match_cpu(bool adamw, QFormat format, Granularity granularity,
-                                   const Shapes& shapes) {
-  for (auto policy : {UpdatePolicy::Master, UpdatePolicy::Naive, UpdatePolicy::Eco})
-    for (auto rounding : {Rounding::RTN, Rounding::SR})
-      for (auto [rows, cols] : shapes) {
-        const UpdateCase k{adamw, policy, rounding, format, granularity, rows, cols};
-        expect_update_matches_cpu<float>(k);
-        expect_update_matches_cpu<uint16_t>(k);
-      }
+void expect_all_variants_match_cpu(QFormat format, Granularity granularity, const Shapes& shapes,
+                                   GroupKernel kernel = GroupKernel::Auto) {
+  for (auto [rows, cols] : shapes) {
+    if (!cuda::group_kernel_fits(kernel, granularity, rows, cols)) continue;
+    for (size_t offset : {size_t(0), size_t(1)}) {
+      if (offset == 1 && (cols % 4 != 0 || granularity == Granularity::PerTensor)) continue;
+      for (bool adamw : {true, false})
+        for (auto policy : {UpdatePolicy::Master, UpdatePolicy::Naive, UpdatePolicy::Eco})
+          for (auto rounding : {Rounding::RTN, Rounding::SR}) {
+            const UpdateCase k{adamw, policy, rounding, format, granularity, rows, cols, kernel, offset};
+            expect_update_matches_cpu<float>(k);
+            expect_update_matches_cpu<uint16_t>(k);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+    }
+  }
 }
 
-// Ragged shapes: one row, odd widths, widths below and above one block's stride, 300 rows.
-const Shapes kRaggedShapes = {{1, 16}, {7, 33}, {64, 130}, {300, 1000}, {5, 2049}};
-// INT4 per-row groups need even widths (a code byte never spans two rows).
-const Shapes kEvenShapes = {{1, 16}, {7, 34}, {64, 130}, {300, 1000}};
+// Row lengths around the register kernels' quads (4 elements), warps and team sizes, the GPT-2
+// widths (768, 3072) and a row too long for 4 and 8 elements per thread (5000); 5 rows, so that
+// short rows share a block with idle teams left over. INT4 rows must be even.
+const Shapes kRowShapes = {{5, 1}, {5, 31}, {5, 767}, {5, 768}, {5, 769}, {5, 3072}, {5, 5000}};
+const Shapes kEvenRowShapes = {{5, 2}, {5, 30}, {5, 766}, {5, 768}, {5, 770}, {5, 3072}, {5, 5000}};
+// Block128 (the two-pass kernel): one tile, ragged edge tiles in both directions, full tiles.
+const Shapes kTileShapes = {{1, 16}, {7, 33}, {130, 300}, {300, 130}, {129, 256}};
+const Shapes kEvenTileShapes = {{1, 16}, {7, 34}, {130, 300}, {300, 130}, {129, 256}};
+// PerTensor: includes tensors of several per-tensor chunks (300x1000 = 300000 elements).
+const Shapes kTensorShapes = {{1, 16}, {7, 33}, {64, 130}, {300, 1000}, {5, 2049}};
 
-TEST(GpuQuantizedUpdate, AdamWE4m3PerRowIsBitIdenticalToCpuDriver) {
+constexpr GroupKernel kRowKernels[] = {GroupKernel::Auto, GroupKernel::TwoPass,
+                                       GroupKernel::Registers4, GroupKernel::Registers8,
+                                       GroupKernel::Registers16};
+
+TEST(GpuQuantizedUpdate, E4m3PerRowEveryKernelIsBitIdenticalToCpuDriver) {
   ECO_REQUIRE_GPU();
-  expect_all_variants_match_cpu(true, QFormat::E4M3, Granularity::PerRow, kRaggedShapes);
+  for (GroupKernel kernel : kRowKernels) {
+    SCOPED_TRACE(kernel_name(kernel));
+    expect_all_variants_match_cpu(QFormat::E4M3, Granularity::PerRow, kRowShapes, kernel);
+  }
 }
 
-TEST(GpuQuantizedUpdate, SgdmE4m3PerRowIsBitIdenticalToCpuDriver) {
+TEST(GpuQuantizedUpdate, Int4PerRowEveryKernelIsBitIdenticalToCpuDriver) {
   ECO_REQUIRE_GPU();
-  expect_all_variants_match_cpu(false, QFormat::E4M3, Granularity::PerRow, kRaggedShapes);
+  for (GroupKernel kernel : kRowKernels) {
+    SCOPED_TRACE(kernel_name(kernel));
+    expect_all_variants_match_cpu(QFormat::INT4, Granularity::PerRow, kEvenRowShapes, kernel);
+  }
 }
 
-TEST(GpuQuantizedUpdate, AdamWInt4PerTensorIsBitIdenticalToCpuDriver) {
+TEST(GpuQuantizedUpdate, E4m3Block128IsBitIdenticalToCpuDriver) {
   ECO_REQUIRE_GPU();
-  // Includes tensors of several per-tensor chunks (300x1000 = 300000 elements) and odd sizes.
-  expect_all_variants_match_cpu(true, QFormat::INT4, Granularity::PerTensor, kRaggedShapes);
+  expect_all_variants_match_cpu(QFormat::E4M3, Granularity::Block128, kTileShapes);
 }
 
-TEST(GpuQuantizedUpdate, SgdmInt4PerTensorIsBitIdenticalToCpuDriver) {
+TEST(GpuQuantizedUpdate, Int4Block128IsBitIdenticalToCpuDriver) {
   ECO_REQUIRE_GPU();
-  expect_all_variants_match_cpu(false, QFormat::INT4, Granularity::PerTensor, kRaggedShapes);
+  expect_all_variants_match_cpu(QFormat::INT4, Granularity::Block128, kEvenTileShapes);
 }
 
-TEST(GpuQuantizedUpdate, AdamWE4m3Block128IsBitIdenticalToCpuDriver) {
+TEST(GpuQuantizedUpdate, Int4PerTensorIsBitIdenticalToCpuDriver) {
   ECO_REQUIRE_GPU();
-  expect_all_variants_match_cpu(true, QFormat::E4M3, Granularity::Block128, kRaggedShapes);
+  expect_all_variants_match_cpu(QFormat::INT4, Granularity::PerTensor, kTensorShapes);
 }
 
-TEST(GpuQuantizedUpdate, AdamWInt4PerRowIsBitIdenticalToCpuDriver) {
+TEST(GpuQuantizedUpdate, E4m3PerTensorIsBitIdenticalToCpuDriver) {
   ECO_REQUIRE_GPU();
-  expect_all_variants_match_cpu(true, QFormat::INT4, Granularity::PerRow, kEvenShapes);
+  expect_all_variants_match_cpu(QFormat::E4M3, Granularity::PerTensor, kTensorShapes);
+}
+
+// The choice of kernels: which fit, and that a forced one that does not is refused.
+TEST(GpuQuantizedUpdate, GroupKernelFitsItsGroupSizes) {
+  using cuda::group_kernel_fits;
+  const Granularity row = Granularity::PerRow, tile = Granularity::Block128;
+  EXPECT_TRUE(group_kernel_fits(GroupKernel::Registers4, row, 1, 2048));  // 512 threads x 4
+  EXPECT_FALSE(group_kernel_fits(GroupKernel::Registers4, row, 1, 2049));
+  EXPECT_TRUE(group_kernel_fits(GroupKernel::Registers8, row, 1, 4096));
+  EXPECT_FALSE(group_kernel_fits(GroupKernel::Registers8, row, 1, 4097));
+  EXPECT_TRUE(group_kernel_fits(GroupKernel::Registers16, row, 1, 8192));
+  EXPECT_FALSE(group_kernel_fits(GroupKernel::Registers16, row, 1, 8193));
+  EXPECT_FALSE(group_kernel_fits(GroupKernel::Registers4, tile, 256, 256));  // tiles: two-pass
+  EXPECT_TRUE(group_kernel_fits(GroupKernel::TwoPass, tile, 256, 256));
+  EXPECT_FALSE(group_kernel_fits(GroupKernel::TwoPass, Granularity::PerTensor, 8, 8));
+  for (GroupKernel k : kRowKernels) EXPECT_TRUE(group_kernel_fits(k, row, 3, 100)) << kernel_name(k);
+  EXPECT_TRUE(group_kernel_fits(GroupKernel::Auto, row, 1, int64_t(1) << 30));
 }
 
 TEST(GpuQuantizedUpdate, RejectsInt4RowGroupsWithOddWidth) {
@@ -205,6 +306,11 @@ TEST(GpuQuantizedUpdate, RejectsInt4RowGroupsWithOddWidth) {
             cudaErrorInvalidValue);
   EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 2, 32,
                                          Granularity::PerTensor, nullptr),
+            cudaErrorInvalidValue);
+  // A forced kernel that cannot hold the groups: refused before anything runs.
+  EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 1, 4096,
+                                         Granularity::PerRow, nullptr, nullptr,
+                                         GroupKernel::Registers4),
             cudaErrorInvalidValue);
 }
 
