@@ -14,9 +14,13 @@
 #include "optim/quantized_update.h"
 #include "kernels/cpu/kernels.h"
 #include "model/backend.h"
+#include "model/host_op_timer.h"
 
 namespace eco {
 namespace {
+
+// Opens the operation's timing scope (train.profile).
+#define ECO_CPU_OP(name) const HostOpTimer::Scope eco_op_scope_(timer_, name)
 
 // 64-byte aligned, zero-initialised host buffer.
 struct AlignedFree {
@@ -28,6 +32,11 @@ class CpuBackend : public Backend {
  public:
   std::string name() const override { return std::is_same_v<T, double> ? "cpu-f64" : "cpu"; }
   DType dtype() const override { return std::is_same_v<T, double> ? DType::F64 : DType::F32; }
+
+  // Per-operation wall-clock time (the CPU runs each operation to completion before returning).
+  bool supports_profiling() const override { return true; }
+  void set_profiling(bool on) override { timer_.set_enabled(on); }
+  std::vector<OpTime> take_profile() override { return timer_.take(); }
 
   Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
                MemCategory category, bool quantizable_param) override {
@@ -45,102 +54,126 @@ class CpuBackend : public Backend {
   }
   void zero(const Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
   void copy_from_host(const Tensor& dst, const void* src) override {
+    ECO_CPU_OP("copy_from_host");
     std::memcpy(dst.data, src, dst.bytes());
   }
   void copy_to_host(void* dst, const Tensor& src) override {
+    ECO_CPU_OP("copy_to_host");
     std::memcpy(dst, src.data, src.bytes());
   }
 
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias,
                       int N, int C, int OC) override {
+    ECO_CPU_OP("matmul_forward");
     cpu::matmul_forward(p(out), p(inp), p(w), p(bias), N, C, OC);
   }
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
                        const Tensor& dout, const Tensor& inp, const Tensor& w, int N, int C,
                        int OC) override {
+    ECO_CPU_OP("matmul_backward");
     cpu::matmul_backward(p(dinp), p(dw), p(dbias), p(dout), p(inp), p(w), N, C, OC);
   }
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                          const Tensor& wpe, int B, int Tn, int C) override {
+    ECO_CPU_OP("embedding_forward");
     cpu::embedding_forward(p(out), tokens.as<int32_t>(), p(wte), p(wpe), B, Tn, C);
   }
   void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens, int B, int Tn, int C) override {
+    ECO_CPU_OP("embedding_backward");
     cpu::embedding_backward(p(dwte), p(dwpe), p(dout), tokens.as<int32_t>(), B, Tn, C);
   }
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
                          const Tensor& inp, const Tensor& w, const Tensor& b, int N, int C,
                          float eps) override {
+    ECO_CPU_OP("layernorm_forward");
     cpu::layernorm_forward(p(out), p(mean), p(rstd), p(inp), p(w), p(b), N, C, eps);
   }
   void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db,
                           const Tensor& dout, const Tensor& inp, const Tensor& w,
                           const Tensor& mean, const Tensor& rstd, int N, int C) override {
+    ECO_CPU_OP("layernorm_backward");
     cpu::layernorm_backward(p(dinp), p(dw), p(db), p(dout), p(inp), p(w), p(mean), p(rstd), N, C);
   }
   void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
                        int N, int C, float eps) override {
+    ECO_CPU_OP("rmsnorm_forward");
     cpu::rmsnorm_forward(p(out), p(rstd), p(inp), p(w), N, C, eps);
   }
   void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
                         const Tensor& w, const Tensor& rstd, int N, int C) override {
+    ECO_CPU_OP("rmsnorm_backward");
     cpu::rmsnorm_backward(p(dinp), p(dw), p(dout), p(inp), p(w), p(rstd), N, C);
   }
   void rope_forward(const Tensor& out, const Tensor& inp, int B, int Tn, int C, int NH,
                     float theta) override {
+    ECO_CPU_OP("rope_forward");
     cpu::rope_forward(p(out), p(inp), B, Tn, C, NH, theta);
   }
   void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int Tn, int C, int NH,
                      float theta) override {
+    ECO_CPU_OP("rope_backward");
     cpu::rope_backward(p(dinp), p(dout), B, Tn, C, NH, theta);
   }
   void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
                          int Tn, int C, int NH) override {
+    ECO_CPU_OP("attention_forward");
     cpu::attention_forward(p(out), p(att_state), p(qkv), B, Tn, C, NH);
   }
   // The probabilities in att_state are all backward needs; out is not read.
   void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
                           const Tensor& qkv, const Tensor& /*out*/, const Tensor& att_state,
                           int B, int Tn, int C, int NH) override {
+    ECO_CPU_OP("attention_backward");
     cpu::attention_backward(p(dqkv), p(scratch), p(dout), p(qkv), p(att_state), B, Tn, C, NH);
   }
   void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) override {
+    ECO_CPU_OP("gelu_forward");
     cpu::gelu_forward(p(out), p(inp), n);
   }
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout,
                      int64_t n) override {
+    ECO_CPU_OP("gelu_backward");
     cpu::gelu_backward(p(dinp), p(inp), p(dout), n);
   }
   void swiglu_forward(const Tensor& out, const Tensor& inp, int N, int H) override {
+    ECO_CPU_OP("swiglu_forward");
     cpu::swiglu_forward(p(out), p(inp), N, H);
   }
   void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
                        int H) override {
+    ECO_CPU_OP("swiglu_backward");
     cpu::swiglu_backward(p(dinp), p(dout), p(inp), N, H);
   }
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, int64_t n) override {
+    ECO_CPU_OP("residual_forward");
     cpu::residual_forward(p(out), p(a), p(b), n);
   }
   void accumulate(const Tensor& dst, const Tensor& src, int64_t n) override {
+    ECO_CPU_OP("accumulate");
     cpu::accumulate(p(dst), p(src), n);
   }
   void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
                                      const Tensor& logits, const Tensor& targets, int N, int V,
                                      float dloss) override {
+    ECO_CPU_OP("crossentropy_forward_backward");
     cpu::crossentropy_forward_backward(p(losses), p(dlogits), p(logits), targets.as<int32_t>(), N,
                                        V, dloss);
   }
 
   void dequantize(const Tensor& out, const QTensor& q) override {
+    ECO_CPU_OP("dequantize");
     ECO_ASSERT(out.dtype == DType::F32, "dequantize writes fp32, not {}", dtype_name(out.dtype));
     ::eco::dequantize(q, out.as<float>());
   }
   void quantize(QTensor& q, const Tensor& src, Rounding rounding, uint64_t seed, uint64_t step,
                 uint32_t tensor_id) override {
+    ECO_CPU_OP("quantize");
     ECO_ASSERT(src.dtype == DType::F32, "quantize reads fp32, not {}", dtype_name(src.dtype));
     ::eco::quantize(src.as<float>(), q, rounding, seed, step, tensor_id);
   }
   void round_to_bf16(const Tensor& out, const Tensor& in, int64_t n) override {
+    ECO_CPU_OP("round_to_bf16");
     float* o = out.as<float>();
     const float* x = in.as<float>();
 #pragma omp parallel for schedule(static)
@@ -148,6 +181,7 @@ class CpuBackend : public Backend {
   }
   void cast_activations(const Tensor& out, const Tensor& x, int N, int C,
                         ActCast cast) override {
+    ECO_CPU_OP("cast_activations");
     const int64_t n = int64_t(N) * C;
     if (cast == ActCast::None) {
       if (out.data != x.data) std::memcpy(out.data, x.data, size_t(n) * sizeof(T));
@@ -178,6 +212,7 @@ class CpuBackend : public Backend {
 
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     int64_t n, const AdamWStep& s) override {
+    ECO_CPU_OP("adamw_update");
     const AdamWCoeffs c = adamw_coeffs(s);
     T* w = p(param);
     const T* g = p(grad);
@@ -189,6 +224,7 @@ class CpuBackend : public Backend {
 
   void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
                    const SgdmStep& s) override {
+    ECO_CPU_OP("sgdm_update");
     const SgdmCoeffs c = sgdm_coeffs(s);
     T* w = p(param);
     const T* g = p(grad);
@@ -203,11 +239,13 @@ class CpuBackend : public Backend {
   void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
                               const Tensor& m, const Tensor& v, const AdamWStep& s,
                               const QuantizedStep& qs) override {
+    ECO_CPU_OP("quantized_adamw_update");
     quantized_update(AdamWRule{adamw_coeffs(s)}, q, master, grad, m, v, qs);
   }
   void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
                              const Tensor& m, const SgdmStep& s,
                              const QuantizedStep& qs) override {
+    ECO_CPU_OP("quantized_sgdm_update");
     quantized_update(SgdmRule{sgdm_coeffs(s)}, q, master, grad, m, Tensor{}, qs);
   }
 
@@ -240,6 +278,7 @@ class CpuBackend : public Backend {
   }
 
   std::vector<std::unique_ptr<void, AlignedFree>> buffers_;
+  HostOpTimer timer_;
 };
 
 // Records allocations without making them: every tensor points at one dummy byte that no

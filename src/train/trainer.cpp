@@ -270,6 +270,9 @@ int Trainer::run(const RunOptions& opts) {
   if (tc.profile && !profile)
     spdlog::warn("train.profile: the {} backend has no per-operation timing; ignored",
                  backend_->name());
+  if (profile && total - start <= kProfileSkip)
+    spdlog::warn("train.profile: only {} steps to run; the first {} are not profiled",
+                 total - start, kProfileSkip);
   std::map<std::string, std::pair<int64_t, double>> prof_ops;  // name -> calls, ms
   int64_t prof_steps = 0;
   double prof_wall_ms = 0;
