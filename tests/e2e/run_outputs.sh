@@ -31,6 +31,24 @@ assert m["weights"] == 4 * s["params"] and m["optimizer_state"] == 8 * s["params
 assert abs(m["static_bytes_per_param"] - 12.0) < 1e-9, m
 print("run outputs ok:", s["final_val_loss"])
 PY
+# train.profile: steps 6-8 timed per backend operation; the table in the log, the figures in
+# summary.json, with the model's operation counts (2 layers x 4 linears + the head = 9 GEMMs).
+"$ECO_TRAIN" cfg.yaml --set train.profile=true --set train.out_dir="$WORK/prof" >prof.log 2>&1 ||
+  { cat prof.log; fail "profiled run failed"; }
+grep -q "per-operation time over 3 steps" prof.log || fail "no per-operation table: $(cat prof.log)"
+python3 - "$WORK/prof" <<'PY'
+import json, sys
+p = json.load(open(f"{sys.argv[1]}/summary.json"))["profile"]
+ops = p["operations"]
+assert p["steps"] == 3, p
+for name, calls in (("matmul_forward", 9), ("matmul_backward", 9), ("attention_forward", 2),
+                    ("attention_backward", 2), ("layernorm_forward", 5), ("embedding_forward", 1),
+                    ("crossentropy_forward_backward", 1)):
+    assert ops[name]["calls_per_step"] == calls, (name, ops[name])
+total = sum(o["ms_per_step"] for o in ops.values())
+assert 0 < total <= p["ms_per_step"] * 1.01 and p["other_ms_per_step"] >= 0, p
+print("profile ok:", round(p["ms_per_step"], 3), "ms/step")
+PY
 "$ECO_TRAIN" cfg.yaml --plan >plan.txt || fail "--plan failed"
 grep -q "h.1.mlp.proj.weight" plan.txt || fail "--plan lacks the parameter table"
 grep -q "static bytes per parameter: 12.00" plan.txt || fail "--plan lacks the static bytes line"
