@@ -99,6 +99,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   DType dtype() const override { return DType::F32; }
   DType act_dtype() const override { return DType::BF16; }
+  // weight_bf16 converts every fp32 weight with RNE before the GEMMs.
+  bool gemm_rounds_weights_to_bf16() const override { return true; }
   std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
     return {B, NH, Tn};
   }

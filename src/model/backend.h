@@ -67,6 +67,10 @@ class Backend {
   virtual std::vector<int64_t> attention_state_shape(int B, int NH, int T) const {
     return {B, NH, T, T};
   }
+  // Whether matmul_forward / matmul_backward round their weight operand to bf16 (RNE) themselves
+  // (CUDA: the GEMMs are bf16). Then a bf16-weight treatment's compute view can be the fp32
+  // master itself: RNE is idempotent, so the GEMM sees the same bits without a rounding pass.
+  virtual bool gemm_rounds_weights_to_bf16() const { return false; }
   // Wait for all queued work (timing). Operations that return host values synchronise anyway.
   virtual void synchronize() {}
 

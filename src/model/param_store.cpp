@@ -53,7 +53,8 @@ Tensor ParamStore::compute(size_t i) {
     be_.dequantize(out, *qt_[i]);
     return out;
   }
-  if (treatment_.bf16_weights && s.quantizable) {
+  // bf16 weights (bf16-mw): the master rounded to bf16, unless the backend's GEMMs round it.
+  if (treatment_.bf16_weights && s.quantizable && !be_.gemm_rounds_weights_to_bf16()) {
     const Tensor out = scratch_.slice(0, s.shape);
     be_.round_to_bf16(out, value_[i], s.numel());
     return out;
