@@ -283,7 +283,9 @@ class CpuBackend : public Backend {
 
 // Records allocations without making them: every tensor points at one dummy byte that no
 // operation may touch (plan_report never runs an op). With cuda_layout it reports the CUDA
-// backend's dtypes and shapes (bf16 activations, lse attention state), not its workspaces.
+// backend's dtypes and shapes (bf16 activations, lse attention state) and workspaces (the same
+// names and bytes CudaBackend records: kernels/common/cuda_workspaces.h), except two small
+// scratches (the fp32 scratch of some kernels, which grows on first use, and sum_squares').
 class PlanningBackend final : public CpuBackend<float> {
  public:
   explicit PlanningBackend(bool cuda_layout) : cuda_layout_(cuda_layout) {}
@@ -292,6 +294,18 @@ class PlanningBackend final : public CpuBackend<float> {
   std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
     if (cuda_layout_) return {B, NH, Tn};
     return CpuBackend<float>::attention_state_shape(B, NH, Tn);
+  }
+  void reserve_workspaces(const WorkspaceShapes& shapes) override {
+    if (!cuda_layout_) return;
+    const cuda_ws::Reservation r = cuda_ws::reservation(shapes);
+    ledger_.record("cublaslt workspace", MemCategory::Workspace, cuda_ws::kCublasLtWorkspaceBytes);
+    auto rec = [&](const char* name, size_t bytes) {
+      if (bytes) ledger_.record(name, MemCategory::Workspace, bytes);
+    };
+    rec("attention scores (GEMM path)", r.attention_scores);
+    rec("padded logits / dlogits for the head GEMMs", r.padded_logits);
+    rec("bf16 weight for the GEMMs", r.weight_bf16);
+    rec("FP8 activation codes + scales", r.fp8_activations);
   }
   Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
                MemCategory category, bool quantizable_param) override {

@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "kernels/common/cuda_workspaces.h"
 #include "kernels/cuda/gemm.h"
 
 namespace eco::cuda {
@@ -97,12 +98,10 @@ bool attention_gemm_supported(int B, int T, int C, int NH,
   return true;
 }
 
-int64_t attention_gemm_ld(int T) { return (int64_t(T) + 7) / 8 * 8; }
+// The formulas live in kernels/common/cuda_workspaces.h, shared with the --plan planner.
+int64_t attention_gemm_ld(int T) { return cuda_ws::attention_ld(T); }
 
-size_t attention_gemm_scratch_bytes(int T, int NH) {
-  const size_t elems = size_t(NH) * size_t(T) * size_t(attention_gemm_ld(T));
-  return round_up_256(sizeof(float) * elems) + sizeof(bf16) * elems;
-}
+size_t attention_gemm_scratch_bytes(int T, int NH) { return cuda_ws::attention_scores_bytes(T, NH); }
 
 // Index math in row-major terms (GemmEngine::gemm_strided_batched: C_i (M, N) = alpha *
 // op(A_i) (M, K) @ op(B_i) (K, N) + beta * C_i, X_i = X + i * stride_x, batch i = head h).

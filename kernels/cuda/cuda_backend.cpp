@@ -101,6 +101,13 @@ class CudaBackend final : public Backend {
   DType act_dtype() const override { return DType::BF16; }
   // weight_bf16 converts every fp32 weight with RNE before the GEMMs.
   bool gemm_rounds_weights_to_bf16() const override { return true; }
+  void reserve_workspaces(const WorkspaceShapes& shapes) override {
+    const cuda_ws::Reservation r = cuda_ws::reservation(shapes);
+    if (r.attention_scores) attention_scores(r.attention_scores);
+    if (r.padded_logits) padded_act_.get<bf16>(r.padded_logits / sizeof(bf16), s(), ledger_);
+    if (r.weight_bf16) weight_bf16_.get<bf16>(r.weight_bf16 / sizeof(bf16), s(), ledger_);
+    if (r.fp8_activations) fp8_act_.get<uint8_t>(r.fp8_activations, s(), ledger_);
+  }
   std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
     return {B, NH, Tn};
   }
@@ -351,9 +358,8 @@ class CudaBackend final : public Backend {
       return;
     }
     // The scratch holds the activation codes (N, C), then, 256-byte aligned, their scales (N).
-    const size_t codes_bytes = (size_t(N) * size_t(C) + 255) / 256 * 256;
-    uint8_t* x_codes =
-        fp8_act_.get<uint8_t>(codes_bytes + sizeof(float) * size_t(N), s(), ledger_);
+    const size_t codes_bytes = cuda_ws::round_up_256(size_t(N) * size_t(C));
+    uint8_t* x_codes = fp8_act_.get<uint8_t>(cuda_ws::fp8_activation_bytes(N, C), s(), ledger_);
     float* x_scales = reinterpret_cast<float*>(x_codes + codes_bytes);
     ECO_CHECK_CUDA(
         cuda::quantize_cast_e4m3_rows(x_codes, x_scales, bf(x_cast), bf(x), N, C, s()));
@@ -463,9 +469,9 @@ class CudaBackend final : public Backend {
   // (without bias: the head has none) run on copies padded to a multiple of 64 columns instead:
   // one extra pass over the logits each way (cudaMemcpy2D) for aligned tensor-core GEMMs. The
   // results are the same products and sums: the padding is zeros.
-  static int padded(int OC) { return (OC + 63) / 64 * 64; }
+  static int padded(int OC) { return cuda_ws::padded_channels(OC); }
   static bool pad_out_channels(const Tensor& bias, int C, int OC) {
-    return bias.empty() && OC % 8 != 0 && C % 8 == 0;
+    return bias.empty() && cuda_ws::pads_output_channels(C, OC);
   }
   // The bf16 copy of an fp32 weight (OC, C) with OCp - OC zero rows after it.
   const bf16* weight_bf16_padded(const Tensor& w, int OC, int OCp, int C) {

@@ -20,13 +20,14 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/common/cuda_workspaces.h"
 #include "kernels/common/scale_groups.h"
 
 namespace eco::cuda {
 
 class GemmEngine {
  public:
-  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // Hopper's recommendation
+  static constexpr size_t kWorkspaceBytes = cuda_ws::kCublasLtWorkspaceBytes;  // 32 MiB
 
   // Binds to the current CUDA device (cudaGetDevice) and reads its compute capability.
   GemmEngine();

@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "kernels/common/adamw.h"
 #include "kernels/common/bf16.h"
+#include "kernels/common/cuda_workspaces.h"
 #include "quant/treatment.h"
 
 namespace eco {
@@ -67,6 +68,10 @@ class Backend {
   virtual std::vector<int64_t> attention_state_shape(int B, int NH, int T) const {
     return {B, NH, T, T};
   }
+  // Called once by the model with its largest shapes: a backend that keeps workspaces for them
+  // (CUDA: attention scores, padded logits, bf16 weight copies, FP8 activation codes) allocates
+  // them now, so the ledger (and --plan) has them from the start and they never grow mid-run.
+  virtual void reserve_workspaces(const WorkspaceShapes& /*shapes*/) {}
   // Whether matmul_forward / matmul_backward round their weight operand to bf16 (RNE) themselves
   // (CUDA: the GEMMs are bf16). Then a bf16-weight treatment's compute view can be the fp32
   // master itself: RNE is idempotent, so the GEMM sees the same bits without a rounding pass.

@@ -2,6 +2,7 @@
 // Shapes: B batch, T time, C d_model, NH heads, H mlp hidden, V vocab, N = B*T.
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -80,6 +81,18 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   d_act_ = ws("d_act", {N, H});
   d_att_scratch_ = be_.alloc("d_att_scratch", att_shape, dt, MemCategory::Workspace);
   scratch_c_ = ws("scratch_c", {N, C});
+
+  // The backend's own workspaces for these shapes (CUDA: attention scores, padded logits, ...).
+  WorkspaceShapes shapes;
+  shapes.tokens = N;
+  shapes.seq_len = int(T);
+  shapes.d_model = int(C);
+  shapes.n_head = int(NH);
+  shapes.vocab = int(V);
+  shapes.widest_linear_in = std::max(C, H);
+  shapes.largest_weight = std::max({V * C, 3 * C * C, FC * C, C * H});
+  shapes.fp8_activations = store_.treatment().act == ActCast::E4M3Row;
+  be_.reserve_workspaces(shapes);
 }
 
 Tensor Transformer::grad(size_t i) const {

@@ -60,5 +60,40 @@ TEST(Device, CudaPlanHasBf16ActivationsAndTheSameStaticMemory) {
   EXPECT_NE(plan_report(tiny("cuda")).find("static bytes per parameter"), std::string::npos);
 }
 
+// The CUDA plan includes the CUDA backend's workspaces for the model's shapes, recomputed here
+// from their definitions (kernels/common/cuda_workspaces.h documents them): GPT-2's shape, whose
+// vocabulary (50257) needs the padded head copies, under an FP8 treatment; none on the CPU.
+TEST(Device, CudaPlanReservesTheCudaWorkspacesOfTheModelShapes) {
+  ModelConfig m;
+  m.family = "gpt2";
+  m.n_layer = 1;
+  m.n_head = 12;
+  m.d_model = 768;
+  m.vocab_size = 50257;
+  m.seq_len = 1024;
+  m.mlp_hidden = 3072;
+  const int B = 2;
+  const int64_t N = int64_t(B) * 1024;
+  auto bytes_of = [](const Backend& be, const std::string& name) {
+    uint64_t b = 0;
+    for (const auto& e : be.ledger().entries())
+      if (e.name == name) b += e.bytes;
+    return b;
+  };
+  auto gpu = make_planning_backend("cuda");
+  Transformer model(m, *gpu, B, treatment_from_name("fp8-eco-sr"));
+  const uint64_t ld = 1024, elems = 12 * 1024 * ld;  // NH * T * (T rounded up to 8)
+  EXPECT_EQ(bytes_of(*gpu, "attention scores (GEMM path)"), 4 * elems + 2 * elems);
+  EXPECT_EQ(bytes_of(*gpu, "padded logits / dlogits for the head GEMMs"), 2ull * N * 50304);
+  EXPECT_EQ(bytes_of(*gpu, "bf16 weight for the GEMMs"), 2ull * 50304 * 768);
+  EXPECT_EQ(bytes_of(*gpu, "FP8 activation codes + scales"), uint64_t(N) * 3072 + 4 * N);
+  EXPECT_EQ(bytes_of(*gpu, "cublaslt workspace"), 32ull << 20);
+
+  auto cpu = make_planning_backend("cpu");
+  Transformer on_cpu(m, *cpu, B, treatment_from_name("fp8-eco-sr"));
+  EXPECT_EQ(bytes_of(*cpu, "attention scores (GEMM path)"), 0u);
+  EXPECT_EQ(bytes_of(*cpu, "cublaslt workspace"), 0u);
+}
+
 }  // namespace
 }  // namespace eco
