@@ -82,6 +82,11 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   d_att_scratch_ = be_.alloc("d_att_scratch", att_shape, dt, MemCategory::Workspace);
   scratch_c_ = ws("scratch_c", {N, C});
 
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    forward_range_.push_back(fmt::format("layer {} forward", l));
+    backward_range_.push_back(fmt::format("layer {} backward", l));
+  }
+
   // The backend's own workspaces for these shapes (CUDA: attention scores, padded logits, ...).
   WorkspaceShapes shapes;
   shapes.tokens = N;
@@ -161,7 +166,7 @@ void Transformer::forward(int B, int T) {
   be_.embedding_forward(encoded_, tokens_, w(wte_), w(wpe_), B, T, C);  // (N, C)
   Tensor x = encoded_;
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    const ScopedRange range(be_, fmt::format("layer {} forward", l).c_str());
+    const ScopedRange range(be_, forward_range_[l].c_str());
     const LayerParams& p = layers_[l];
     LayerActs& a = acts_[l];
     norm_forward(a.norm1, a.norm1_mean, a.norm1_rstd, x, w(p.norm1_w), w(p.norm1_b), N);
@@ -224,7 +229,7 @@ void Transformer::backward(int B, int T) {
   }
   // Invariant at the top of each iteration: d_resid_ = dL/d(resid_out of layer l).
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    const ScopedRange range(be_, fmt::format("layer {} backward", l).c_str());
+    const ScopedRange range(be_, backward_range_[l].c_str());
     const LayerParams& p = layers_[l];
     const LayerActs& a = acts_[l];
     const Tensor x_in = l == 0 ? encoded_ : acts_[l - 1].resid_out;

@@ -3,6 +3,7 @@
 // the largest batch it will see), and exposes forward/backward as whole-batch calls.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/config.h"
@@ -94,6 +95,8 @@ class Transformer {
   Tensor tokens_, targets_, losses_;
   Tensor encoded_;             // (N, C) embedding output
   std::vector<LayerActs> acts_;
+  // Names of the per-layer profiler / NVTX ranges, built once.
+  std::vector<std::string> forward_range_, backward_range_;
   Tensor norm_f_, norm_f_mean_, norm_f_rstd_;
   Tensor logits_;              // (N, V); holds dlogits after the loss with gradient
   // backward scratch, shared by all layers (act_dtype; d_att_scratch_ in dtype)

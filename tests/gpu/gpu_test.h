@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "kernels/cuda/device_buffer.h"
+#include "model/backend.h"
 
 namespace eco::gputest {
 
@@ -59,6 +60,21 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
     den += double(b[i]) * b[i];
   }
   return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+
+// Through the Backend interface (tests of backend operations): a tensor's raw elements to the
+// host, and a host vector into a new tensor of the backend (ledger category Workspace).
+template <class T>
+std::vector<T> download(Backend& be, const Tensor& t) {
+  std::vector<T> h(size_t(t.numel()));
+  be.copy_to_host(h.data(), t);
+  return h;
+}
+template <class T>
+Tensor upload(Backend& be, const std::vector<T>& h, DType dtype, std::vector<int64_t> shape) {
+  Tensor t = be.alloc("test", std::move(shape), dtype, MemCategory::Workspace);
+  be.copy_from_host(t, h.data());
+  return t;
 }
 
 }  // namespace eco::gputest

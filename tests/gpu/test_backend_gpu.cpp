@@ -22,19 +22,8 @@
 namespace eco {
 namespace {
 
-template <class T>
-std::vector<T> download(Backend& be, const Tensor& t) {
-  std::vector<T> h(size_t(t.numel()));
-  be.copy_to_host(h.data(), t);
-  return h;
-}
-
-template <class T>
-Tensor upload(Backend& be, const std::vector<T>& h, DType dtype, std::vector<int64_t> shape) {
-  Tensor t = be.alloc("test", std::move(shape), dtype, MemCategory::Workspace);
-  be.copy_from_host(t, h.data());
-  return t;
-}
+using gputest::download;
+using gputest::upload;
 
 // Bit equality of two float vectors (NaNs included), naming the first difference.
 ::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {

@@ -42,19 +42,8 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-template <class T>
-std::vector<T> download(Backend& be, const Tensor& t) {
-  std::vector<T> h(size_t(t.numel()));
-  be.copy_to_host(h.data(), t);
-  return h;
-}
-
-template <class T>
-Tensor upload(Backend& be, const std::vector<T>& h, DType dtype, std::vector<int64_t> shape) {
-  Tensor t = be.alloc("test", std::move(shape), dtype, MemCategory::Workspace);
-  be.copy_from_host(t, h.data());
-  return t;
-}
+using gputest::download;
+using gputest::upload;
 
 // A bf16 output filled with NaN (0xFFFF), so an element the operation does not write fails.
 Tensor poisoned_bf16(Backend& be, std::vector<int64_t> shape) {
