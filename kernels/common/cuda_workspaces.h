@@ -34,8 +34,9 @@ inline size_t attention_scores_bytes(int T, int NH) {
 // alignment is checked per call).
 inline bool attention_gemm_shape_ok(int C, int NH) { return NH > 0 && C % NH == 0 && (C / NH) % 8 == 0; }
 
-// GEMMs whose output channels are not a multiple of 8 (GPT-2's vocabulary) run on copies padded
-// to a multiple of 64 columns (cuda_backend.cpp, pad_out_channels).
+// A vocabulary that is not a multiple of 8 (GPT-2's 50257) gets logits rows padded to a multiple
+// of 64 columns (Backend::logits_stride), and the head's GEMMs a bf16 weight with as many rows,
+// the extra ones zero (cuda_backend.cpp, head_forward / head_backward).
 inline int padded_channels(int OC) { return (OC + 63) / 64 * 64; }
 inline bool pads_output_channels(int C, int OC) { return OC % 8 != 0 && C % 8 == 0; }
 
@@ -46,17 +47,15 @@ inline size_t fp8_activation_bytes(int64_t N, int64_t C) {
 
 // The reservation for a model's shapes, in bytes per workspace (0: not needed).
 struct Reservation {
-  size_t attention_scores = 0, padded_logits = 0, weight_bf16 = 0, fp8_activations = 0;
+  size_t attention_scores = 0, weight_bf16 = 0, fp8_activations = 0;
 };
 inline Reservation reservation(const WorkspaceShapes& w) {
   Reservation r;
   if (attention_gemm_shape_ok(w.d_model, w.n_head))
     r.attention_scores = attention_scores_bytes(w.seq_len, w.n_head);
   int64_t weight = w.largest_weight;
-  if (pads_output_channels(w.d_model, w.vocab)) {
-    r.padded_logits = sizeof(uint16_t) * size_t(w.tokens) * size_t(padded_channels(w.vocab));
+  if (pads_output_channels(w.d_model, w.vocab))
     weight = std::max<int64_t>(weight, int64_t(padded_channels(w.vocab)) * w.d_model);
-  }
   r.weight_bf16 = sizeof(uint16_t) * size_t(weight);
   if (w.fp8_activations) r.fp8_activations = fp8_activation_bytes(w.tokens, w.widest_linear_in);
   return r;

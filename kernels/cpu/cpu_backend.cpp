@@ -155,8 +155,9 @@ class CpuBackend : public Backend {
   }
   void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
                                      const Tensor& logits, const Tensor& targets, int N, int V,
-                                     float dloss) override {
+                                     int ld, float dloss) override {
     ECO_CPU_OP("crossentropy_forward_backward");
+    ECO_ASSERT(ld == V, "cpu: logits stride {} != vocabulary {} (the CPU never pads)", ld, V);
     cpu::crossentropy_forward_backward(p(losses), p(dlogits), p(logits), targets.as<int32_t>(), N,
                                        V, dloss);
   }
@@ -291,6 +292,9 @@ class PlanningBackend final : public CpuBackend<float> {
   explicit PlanningBackend(bool cuda_layout) : cuda_layout_(cuda_layout) {}
   std::string name() const override { return cuda_layout_ ? "plan-cuda" : "plan"; }
   DType act_dtype() const override { return cuda_layout_ ? DType::BF16 : DType::F32; }
+  int logits_stride(int V, int C) const override {
+    return cuda_layout_ && cuda_ws::pads_output_channels(C, V) ? cuda_ws::padded_channels(V) : V;
+  }
   std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
     if (cuda_layout_) return {B, NH, Tn};
     return CpuBackend<float>::attention_state_shape(B, NH, Tn);
@@ -303,7 +307,6 @@ class PlanningBackend final : public CpuBackend<float> {
       if (bytes) ledger_.record(name, MemCategory::Workspace, bytes);
     };
     rec("attention scores (GEMM path)", r.attention_scores);
-    rec("padded logits / dlogits for the head GEMMs", r.padded_logits);
     rec("bf16 weight for the GEMMs", r.weight_bf16);
     rec("FP8 activation codes + scales", r.fp8_activations);
   }

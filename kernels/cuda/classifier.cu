@@ -3,8 +3,9 @@
 // combined in a fixed tree; pass 2 recomputes exp(x - max) and writes the gradient over the
 // logits, so no probabilities are stored anywhere. dlogits == logits is safe: each thread
 // rewrites only the elements it read itself, and the target logit is read before the barrier
-// that precedes any write.
-// Launch assumptions (checked): N >= 0, V > 0, non-null losses/logits/targets when N > 0.
+// that precedes any write. Rows are ld >= V elements apart; the gradient's columns [V, ld) are
+// written zero (the head's backward GEMM reads them).
+// Launch assumptions (checked): N >= 0, V > 0, ld >= V, non-null losses/logits/targets when N > 0.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -35,16 +36,16 @@ __device__ MaxSum combine(MaxSum a, MaxSum b) {
 }
 
 __global__ void crossentropy_kernel(float* losses, bf16* dlogits, const bf16* logits,
-                                    const int32_t* targets, int V, float dloss) {
+                                    const int32_t* targets, int V, int ld, float dloss) {
   __shared__ MaxSum warp_parts[kThreads / 32];
   __shared__ MaxSum row;
-  const int64_t base = int64_t(blockIdx.x) * V;
+  const int64_t base = int64_t(blockIdx.x) * ld;
   const int target = targets[blockIdx.x];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (target < 0) {  // ignored row: loss 0, gradient 0
     if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
     if (dlogits)
-      for (int v = threadIdx.x; v < V; v += kThreads) dlogits[base + v] = __float2bfloat16_rn(0.0f);
+      for (int v = threadIdx.x; v < ld; v += kThreads) dlogits[base + v] = __float2bfloat16_rn(0.0f);
     return;
   }
   const float x_target = target < V ? __bfloat162float(logits[base + target]) : NAN;
@@ -92,17 +93,19 @@ __global__ void crossentropy_kernel(float* losses, bf16* dlogits, const bf16* lo
       dlogits[base + v + k * kThreads] = grad(v + k * kThreads, x[k]);
   }
   for (; v < V; v += kThreads) dlogits[base + v] = grad(v, __bfloat162float(logits[base + v]));
+  for (v = V + int(threadIdx.x); v < ld; v += kThreads) dlogits[base + v] = __float2bfloat16_rn(0.0f);
 }
 
 }  // namespace
 
 cudaError_t crossentropy_forward_backward(float* losses, bf16* dlogits, const bf16* logits,
-                                          const int32_t* targets, int N, int V, float dloss,
-                                          cudaStream_t s) {
-  if (N < 0 || V <= 0) return cudaErrorInvalidValue;
+                                          const int32_t* targets, int N, int V, int ld,
+                                          float dloss, cudaStream_t s) {
+  if (N < 0 || V <= 0 || ld < V) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
   if (!losses || !logits || !targets) return cudaErrorInvalidValue;
-  crossentropy_kernel<<<unsigned(N), kThreads, 0, s>>>(losses, dlogits, logits, targets, V, dloss);
+  crossentropy_kernel<<<unsigned(N), kThreads, 0, s>>>(losses, dlogits, logits, targets, V, ld,
+                                                              dloss);
   return cudaGetLastError();
 }
 

@@ -104,9 +104,11 @@ class CudaBackend final : public Backend {
   void reserve_workspaces(const WorkspaceShapes& shapes) override {
     const cuda_ws::Reservation r = cuda_ws::reservation(shapes);
     if (r.attention_scores) attention_scores(r.attention_scores);
-    if (r.padded_logits) padded_act_.get<bf16>(r.padded_logits / sizeof(bf16), s(), ledger_);
     if (r.weight_bf16) weight_bf16_.get<bf16>(r.weight_bf16 / sizeof(bf16), s(), ledger_);
     if (r.fp8_activations) fp8_act_.get<uint8_t>(r.fp8_activations, s(), ledger_);
+  }
+  int logits_stride(int V, int C) const override {
+    return cuda_ws::pads_output_channels(C, V) ? cuda_ws::padded_channels(V) : V;
   }
   std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
     return {B, NH, Tn};
@@ -153,17 +155,6 @@ class CudaBackend final : public Backend {
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias,
                       int N, int C, int OC) override {
     ECO_OP("matmul_forward");
-    if (pad_out_channels(bias, C, OC)) {
-      // out_p (N, OCp) = inp @ W_p^T, W_p's extra rows zero; then the first OC columns -> out.
-      const int OCp = padded(OC);
-      bf16* out_p = padded_act_.get<bf16>(size_t(N) * size_t(OCp), s(), ledger_);
-      gemm_.gemm<bf16, bf16>(false, true, N, OCp, C, 1.0f, bf(inp), C,
-                             weight_bf16_padded(w, OC, OCp, C), C, 0.0f, out_p, OCp, s());
-      ECO_CHECK_CUDA(cudaMemcpy2DAsync(bf(out), sizeof(bf16) * size_t(OC), out_p,
-                                       sizeof(bf16) * size_t(OCp), sizeof(bf16) * size_t(OC),
-                                       size_t(N), cudaMemcpyDeviceToDevice, s()));
-      return;
-    }
     gemm_.matmul_forward(bf(out), bf(inp), weight_bf16(w, int64_t(OC) * C), f32(bias), N, C, OC,
                          s());
   }
@@ -172,26 +163,47 @@ class CudaBackend final : public Backend {
                        const Tensor& dout, const Tensor& inp, const Tensor& w, int N, int C,
                        int OC) override {
     ECO_OP("matmul_backward");
-    if (pad_out_channels(dbias, C, OC)) {
-      // dout -> dout_p (N, OCp) with zero extra columns; dinp += dout_p @ W_p (K = OCp: the
-      // zeros add nothing); dW (OC, C) += (first OC columns of dout_p)^T @ inp.
-      const int OCp = padded(OC);
-      bf16* dout_p = padded_act_.get<bf16>(size_t(N) * size_t(OCp), s(), ledger_);
-      ECO_CHECK_CUDA(cudaMemcpy2DAsync(dout_p, sizeof(bf16) * size_t(OCp), bf(dout),
-                                       sizeof(bf16) * size_t(OC), sizeof(bf16) * size_t(OC),
-                                       size_t(N), cudaMemcpyDeviceToDevice, s()));
-      ECO_CHECK_CUDA(cudaMemset2DAsync(dout_p + OC, sizeof(bf16) * size_t(OCp), 0,
-                                       sizeof(bf16) * size_t(OCp - OC), size_t(N), s()));
-      if (!dinp.empty())
-        gemm_.gemm<bf16, bf16>(false, false, N, C, OCp, 1.0f, dout_p, OCp,
-                               weight_bf16_padded(w, OC, OCp, C), C, 1.0f, bf(dinp), C, s());
-      gemm_.gemm<bf16, float>(true, false, OC, C, N, 1.0f, dout_p, OCp, bf(inp), C, 1.0f, f32(dw),
-                              C, s());
-      return;
-    }
     const bf16* wb = dinp.empty() ? nullptr : weight_bf16(w, int64_t(OC) * C);
     gemm_.matmul_backward(bf(dinp), f32(dw), f32(dbias), bf(dout), bf(inp), wb, N, C, OC,
                           /*accumulate_dinp=*/true, s());
+  }
+  // The head. A vocabulary that is not a multiple of 8 (GPT-2's 50257) would start every row of
+  // the logits (forward) and of dlogits (backward) off a 16-byte boundary, and cuBLASLt then picks
+  // slow narrow-access kernels for the largest GEMMs of the model. So the model keeps logits rows
+  // ld = logits_stride(V, C) (a multiple of 64) apart, and the GEMMs run over all ld columns
+  // with a bf16 weight whose rows past V are zero: logits' extra columns come out zero, and
+  // dlogits' (zero, as the classifier writes them) add nothing to dinp.
+  void head_forward(const Tensor& logits, const Tensor& inp, const Tensor& w, int N, int C, int V,
+                    int ld) override {
+    if (ld == V) {
+      matmul_forward(logits, inp, w, Tensor{}, N, C, V);
+      return;
+    }
+    ECO_OP("head_forward");
+    check_head(logits, N, C, V, ld);
+    gemm_.gemm<bf16, bf16>(false, true, N, ld, C, 1.0f, bf(inp), C,
+                           weight_bf16_padded(w, V, ld, C), C, 0.0f, bf(logits), ld, s());
+  }
+  void head_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dlogits,
+                     const Tensor& inp, const Tensor& w, int N, int C, int V, int ld) override {
+    if (ld == V) {
+      matmul_backward(dinp, dw, Tensor{}, dlogits, inp, w, N, C, V);
+      return;
+    }
+    ECO_OP("head_backward");
+    check_head(dlogits, N, C, V, ld);
+    // dinp (N, C) += dlogits (N, ld) @ W_p (ld, C); dW (V, C) += (first V columns)^T @ inp.
+    if (!dinp.empty())
+      gemm_.gemm<bf16, bf16>(false, false, N, C, ld, 1.0f, bf(dlogits), ld,
+                             weight_bf16_padded(w, V, ld, C), C, 1.0f, bf(dinp), C, s());
+    gemm_.gemm<bf16, float>(true, false, V, C, N, 1.0f, bf(dlogits), ld, bf(inp), C, 1.0f, f32(dw),
+                            C, s());
+  }
+  void check_head(const Tensor& logits, int N, int C, int V, int ld) const {
+    ECO_ASSERT(ld == logits_stride(V, C), "head with logits stride {} where the backend pads {} to {}",
+               ld, V, logits_stride(V, C));
+    ECO_ASSERT(logits.numel() >= int64_t(N) * ld, "logits of {} elements for ({}, {})",
+               logits.numel(), N, ld);
   }
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                          const Tensor& wpe, int B, int Tn, int C) override {
@@ -298,10 +310,10 @@ class CudaBackend final : public Backend {
   }
   void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
                                      const Tensor& logits, const Tensor& targets, int N, int V,
-                                     float dloss) override {
+                                     int ld, float dloss) override {
     ECO_OP("crossentropy_forward_backward");
     ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(f32(losses), bf(dlogits), bf(logits),
-                                                       i32(targets), N, V, dloss, s()));
+                                                       i32(targets), N, V, ld, dloss, s()));
   }
 
   // ---- quantization ---------------------------------------------------------------------------
@@ -463,16 +475,6 @@ class CudaBackend final : public Backend {
     return attention_scores_.get<unsigned char>(bytes, s(), ledger_);
   }
 
-  // Output channels not a multiple of 8 (GPT-2's vocabulary, 50257) make every row of the
-  // output (forward) and of dout (backward) start off a 16-byte boundary, and cuBLASLt then
-  // picks slow narrow-access kernels for the largest GEMMs of the model (the head's). Such GEMMs
-  // (without bias: the head has none) run on copies padded to a multiple of 64 columns instead:
-  // one extra pass over the logits each way (cudaMemcpy2D) for aligned tensor-core GEMMs. The
-  // results are the same products and sums: the padding is zeros.
-  static int padded(int OC) { return cuda_ws::padded_channels(OC); }
-  static bool pad_out_channels(const Tensor& bias, int C, int OC) {
-    return bias.empty() && cuda_ws::pads_output_channels(C, OC);
-  }
   // The bf16 copy of an fp32 weight (OC, C) with OCp - OC zero rows after it.
   const bf16* weight_bf16_padded(const Tensor& w, int OC, int OCp, int C) {
     ECO_ASSERT(w.numel() == int64_t(OC) * C, "weight of {} elements where the GEMM reads {}",
@@ -545,7 +547,6 @@ class CudaBackend final : public Backend {
   void* sum_squares_ = nullptr;  // 1 + kSumSquaresScratch doubles: the result, then the partials
   GrowingScratch scratch_f32_{"cuda scratch (fp32)", sizeof(float)};
   GrowingScratch weight_bf16_{"bf16 weight for the GEMMs", sizeof(bf16)};
-  GrowingScratch padded_act_{"padded logits / dlogits for the head GEMMs", sizeof(bf16)};
   GrowingScratch fp8_act_{"FP8 activation codes + scales", 1};
   GrowingScratch attention_scores_{"attention scores (GEMM path)", 1};
 };

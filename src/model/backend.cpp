@@ -1,4 +1,5 @@
-// Backend selection by the config's `device`, and the default (emulated) quantized linear layer.
+// Backend selection by the config's `device`, the default (emulated) quantized linear layer and
+// the default (unpadded) language-model head.
 #include "model/backend.h"
 
 #include "core/error.h"
@@ -19,6 +20,18 @@ void Backend::quantized_linear_backward(const Tensor& dinp, const Tensor& dw, co
                                         int OC) {
   dequantize(w_scratch, w);
   matmul_backward(dinp, dw, dbias, dout, x_cast, w_scratch, N, C, OC);
+}
+
+void Backend::head_forward(const Tensor& logits, const Tensor& inp, const Tensor& w, int N, int C,
+                           int V, int ld) {
+  ECO_ASSERT(ld == V, "{}: head_forward with logits stride {} != vocabulary {}", name(), ld, V);
+  matmul_forward(logits, inp, w, Tensor{}, N, C, V);
+}
+
+void Backend::head_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dlogits,
+                            const Tensor& inp, const Tensor& w, int N, int C, int V, int ld) {
+  ECO_ASSERT(ld == V, "{}: head_backward with logits stride {} != vocabulary {}", name(), ld, V);
+  matmul_backward(dinp, dw, Tensor{}, dlogits, inp, w, N, C, V);
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device) {

@@ -76,6 +76,11 @@ class Backend {
   // (CUDA: the GEMMs are bf16). Then a bf16-weight treatment's compute view can be the fp32
   // master itself: RNE is idempotent, so the GEMM sees the same bits without a rounding pass.
   virtual bool gemm_rounds_weights_to_bf16() const { return false; }
+  // Row stride of the logits (>= V): the model allocates them (N, logits_stride(V, C)), and
+  // head_forward, head_backward and crossentropy_forward_backward read and write rows at that
+  // stride. CUDA pads a vocabulary that is not a multiple of 8 (GPT-2's 50257) to a multiple of
+  // 64 so that every row starts 16-byte aligned, as the tensor-core GEMMs want; the CPU uses V.
+  virtual int logits_stride(int V, int /*C*/) const { return V; }
   // Wait for all queued work (timing). Operations that return host values synchronise anyway.
   virtual void synchronize() {}
 
@@ -151,10 +156,22 @@ class Backend {
   virtual void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b,
                                 int64_t n) = 0;
   virtual void accumulate(const Tensor& dst, const Tensor& src, int64_t n) = 0;
-  // losses (N) and, if dlogits is non-empty, dlogits (N, V) (may alias logits).
+  // The language-model head (no bias): logits (N, ld) with ld = logits_stride(V, C), its first
+  // V columns inp (N, C) @ w (V, C)^T and the columns past V zero. The default is
+  // matmul_forward (ld == V only).
+  virtual void head_forward(const Tensor& logits, const Tensor& inp, const Tensor& w, int N,
+                            int C, int V, int ld);
+  // Its backward from dlogits (N, ld), whose columns past V are zero (as
+  // crossentropy_forward_backward leaves them): dinp (N, C) += dlogits @ w, dw (V, C) +=
+  // dlogits^T @ inp. The default is matmul_backward (ld == V only).
+  virtual void head_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dlogits,
+                             const Tensor& inp, const Tensor& w, int N, int C, int V, int ld);
+  // losses (N) and, if dlogits is non-empty, dlogits (N, ld) (may alias logits) from logits
+  // (N, ld), each row's first V columns being the vocabulary; dlogits' columns past V are
+  // written zero.
   virtual void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
                                              const Tensor& logits, const Tensor& targets, int N,
-                                             int V, float dloss) = 0;
+                                             int V, int ld, float dloss) = 0;
 
   // ---- quantization ---------------------------------------------------------------------------
   // out (rows, cols) fp32 = dequant(q).

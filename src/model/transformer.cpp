@@ -68,7 +68,8 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   norm_f_ = be_.alloc("norm_f", {N, C}, at, MemCategory::Activations);
   norm_f_mean_ = be_.alloc("norm_f_mean", {N}, dt, MemCategory::Activations);
   norm_f_rstd_ = be_.alloc("norm_f_rstd", {N}, dt, MemCategory::Activations);
-  logits_ = be_.alloc("logits", {N, V}, at, MemCategory::Workspace);
+  logits_ld_ = be_.logits_stride(int(V), int(C));
+  logits_ = be_.alloc("logits", {N, logits_ld_}, at, MemCategory::Workspace);
   auto ws = [&](const char* what, std::vector<int64_t> shape) {
     return be_.alloc(what, std::move(shape), at, MemCategory::Workspace);
   };
@@ -192,13 +193,13 @@ void Transformer::forward(int B, int T) {
   }
   const ScopedRange range(be_, "final norm + head forward");
   norm_forward(norm_f_, norm_f_mean_, norm_f_rstd_, x, w(norm_f_w_), w(norm_f_b_), N);
-  be_.matmul_forward(logits_, norm_f_, w(head_), Tensor{}, N, C, cfg_.vocab_size);  // (N, V)
+  be_.head_forward(logits_, norm_f_, w(head_), N, C, cfg_.vocab_size, logits_ld_);  // (N, ld)
 }
 
 double Transformer::loss(int B, int T, float dloss_per_row, bool with_grad) {
   const int N = B * T;
   be_.crossentropy_forward_backward(losses_, with_grad ? logits_ : Tensor{}, logits_, targets_, N,
-                                    cfg_.vocab_size, dloss_per_row);
+                                    cfg_.vocab_size, logits_ld_, dloss_per_row);
   double sum = 0;
   const Tensor l = losses_.slice(0, {N});
   if (l.dtype == DType::F64) {
@@ -221,8 +222,8 @@ void Transformer::backward(int B, int T) {
   {
     const ScopedRange range(be_, "head + final norm backward");
     be_.zero(d_norm_);
-    be_.matmul_backward(d_norm_, g(head_), Tensor{}, logits_, norm_f_, w(head_), N, C,
-                        cfg_.vocab_size);
+    be_.head_backward(d_norm_, g(head_), logits_, norm_f_, w(head_), N, C, cfg_.vocab_size,
+                      logits_ld_);
     be_.zero(d_resid_);
     norm_backward(d_resid_, g(norm_f_w_), g(norm_f_b_), d_norm_, x_last, w(norm_f_w_),
                   norm_f_mean_, norm_f_rstd_, N);

@@ -39,8 +39,11 @@ class Transformer {
   // Forward only: the mean loss (evaluation).
   double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
   // Forward only: logits on the backend, valid until the next call. The buffer holds
-  // (max_batch * seq_len, V) rows; the first B*T rows are this batch (B, T, V).
+  // (max_batch * seq_len, logits_stride()) rows; the first B*T rows are this batch, token n's
+  // vocabulary at [n * logits_stride(), n * logits_stride() + V).
   const Tensor& forward_logits(const int32_t* inputs, int B, int T);
+  // Row stride of the logits (Backend::logits_stride: V, or V padded for the CUDA GEMMs).
+  int64_t logits_stride() const { return logits_ld_; }
 
  private:
   // Indices into the parameter table of one block's parameters (-1: absent in this family).
@@ -98,7 +101,8 @@ class Transformer {
   // Names of the per-layer profiler / NVTX ranges, built once.
   std::vector<std::string> forward_range_, backward_range_;
   Tensor norm_f_, norm_f_mean_, norm_f_rstd_;
-  Tensor logits_;              // (N, V); holds dlogits after the loss with gradient
+  Tensor logits_;              // (N, logits_ld_); holds dlogits after the loss with gradient
+  int logits_ld_ = 0;          // row stride of logits_: V, or V padded (Backend::logits_stride)
   // backward scratch, shared by all layers (act_dtype; d_att_scratch_ in dtype)
   Tensor d_resid_, d_norm_, d_qkv_, d_qkv_rope_, d_atty_, d_fc_, d_act_, d_att_scratch_,
       scratch_c_;

@@ -147,7 +147,8 @@ std::string Trainer::sample(int n_tokens, uint64_t seed) {
     const int ctx = std::min<int>(int(seq.size()), T);
     const int32_t* window = seq.data() + seq.size() - ctx;
     const Tensor& lg = model_->forward_logits(window, 1, ctx);
-    std::vector<float> logits = to_host_floats(*backend_, lg.slice(int64_t(ctx - 1) * V, {V}));
+    std::vector<float> logits =
+        to_host_floats(*backend_, lg.slice(int64_t(ctx - 1) * model_->logits_stride(), {V}));
     const float mx = *std::max_element(logits.begin(), logits.end());
     double total = 0;
     for (auto& l : logits) total += (l = std::exp((l - mx) * inv_temp));

@@ -5,6 +5,7 @@
 // E4M3 activation cast equals the CPU cast of the same (bf16) values, rounded once to bf16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -160,21 +161,27 @@ TEST(GpuBackend, SumSquaresMatchesCpuInDouble) {
   }
 }
 
-// The linear layer through the backend with output channels that are not a multiple of 8 (GPT-2's
-// vocabulary): the CUDA backend runs these GEMMs on zero-padded copies (see pad_out_channels).
-// Against the CPU backend on the same bf16-representable values: forward out, and backward dinp
-// and dW, both accumulating into non-zero starting values. Tolerance: bf16 output rounding and
-// fp32 accumulation in another order: relative (norm) error <= 5e-3 (bf16 outputs), 1e-4 (the
-// fp32 weight gradient). Outputs are poisoned (NaN) before the forward, so unwritten elements fail.
-TEST(GpuBackend, LinearWithUnalignedOutputChannelsMatchesCpu) {
+// The head through the backend with a vocabulary that is not a multiple of 8 (GPT-2's): the CUDA
+// backend keeps the logits rows logits_stride(V, C) (a multiple of 64) apart and runs the GEMMs
+// over the padded width (see head_forward). Against the CPU backend (stride V) on the same
+// bf16-representable values: logits, then dinp and dW, both accumulating into non-zero starting
+// values, from a dlogits whose padding is zero (as the classifier leaves it). The same shapes
+// through matmul_forward / matmul_backward (unpadded rows) too. Tolerance: bf16 output rounding
+// and fp32 accumulation in another order: relative (norm) error <= 5e-3 (bf16 outputs), 1e-4 (the
+// fp32 weight gradient). Outputs are poisoned (NaN) first, so unwritten elements fail; the
+// padding columns of the logits must come out exactly zero.
+TEST(GpuBackend, HeadWithUnalignedVocabularyMatchesCpu) {
   ECO_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
   auto cpu = make_cpu_backend();
   struct Case {
-    int N, C, OC;
+    int N, C, V;
   };
   for (const Case& k : {Case{5, 16, 37}, Case{64, 768, 1031}, Case{96, 64, 50257}}) {
-    const int N = k.N, C = k.C, OC = k.OC;
+    const int N = k.N, C = k.C, V = k.V, ld = gpu->logits_stride(V, C);
+    ASSERT_EQ(ld % 64, 0) << V;
+    ASSERT_GE(ld, V);
+    ASSERT_EQ(cpu->logits_stride(V, C), V);
     auto bf16_values = [](std::vector<float> v) {
       for (float& x : v) x = bf16_to_float(float_to_bf16(x));
       return v;
@@ -189,39 +196,67 @@ TEST(GpuBackend, LinearWithUnalignedOutputChannelsMatchesCpu) {
       for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_float(b[i]);
       return v;
     };
-    const auto x = bf16_values(gputest::randn(size_t(N) * C, 500 + OC));
-    const auto w = bf16_values(gputest::randn(size_t(OC) * C, 600 + OC, 0.05f));
-    const auto dout = bf16_values(gputest::randn(size_t(N) * OC, 700 + OC));
-    const auto dinp0 = bf16_values(gputest::randn(size_t(N) * C, 800 + OC));
-    const auto dw0 = gputest::randn(size_t(OC) * C, 900 + OC);
+    // (rows, V) packed <-> (rows, ld) strided with zero padding.
+    auto strided = [&](const std::vector<uint16_t>& packed) {
+      std::vector<uint16_t> out(size_t(N) * ld, 0);
+      for (int n = 0; n < N; ++n)
+        std::copy_n(packed.begin() + int64_t(n) * V, V, out.begin() + int64_t(n) * ld);
+      return out;
+    };
+    const auto x = bf16_values(gputest::randn(size_t(N) * C, 500 + V));
+    const auto w = bf16_values(gputest::randn(size_t(V) * C, 600 + V, 0.05f));
+    const auto dout = bf16_values(gputest::randn(size_t(N) * V, 700 + V));
+    const auto dinp0 = bf16_values(gputest::randn(size_t(N) * C, 800 + V));
+    const auto dw0 = gputest::randn(size_t(V) * C, 900 + V);
 
-    // CPU reference.
-    const Tensor cx = upload(*cpu, x, DType::F32, {N, C}), cw = upload(*cpu, w, DType::F32, {OC, C});
-    const Tensor cout_ = cpu->alloc("out", {N, OC}, DType::F32, MemCategory::Workspace);
-    cpu->matmul_forward(cout_, cx, cw, Tensor{}, N, C, OC);
+    // CPU reference (stride V: head_forward is matmul_forward there).
+    const Tensor cx = upload(*cpu, x, DType::F32, {N, C}), cw = upload(*cpu, w, DType::F32, {V, C});
+    const Tensor cout_ = cpu->alloc("out", {N, V}, DType::F32, MemCategory::Workspace);
+    cpu->head_forward(cout_, cx, cw, N, C, V, V);
     const Tensor cdinp = upload(*cpu, dinp0, DType::F32, {N, C});
-    const Tensor cdw = upload(*cpu, dw0, DType::F32, {OC, C});
-    cpu->matmul_backward(cdinp, cdw, Tensor{}, upload(*cpu, dout, DType::F32, {N, OC}), cx, cw, N,
-                         C, OC);
+    const Tensor cdw = upload(*cpu, dw0, DType::F32, {V, C});
+    cpu->head_backward(cdinp, cdw, upload(*cpu, dout, DType::F32, {N, V}), cx, cw, N, C, V, V);
+    const auto want_out = download<float>(*cpu, cout_), want_dinp = download<float>(*cpu, cdinp),
+               want_dw = download<float>(*cpu, cdw);
 
-    // CUDA.
     const Tensor gx = upload(*gpu, bits_of(x), DType::BF16, {N, C});
-    const Tensor gw = upload(*gpu, w, DType::F32, {OC, C});
-    const Tensor gout = upload(*gpu, std::vector<uint16_t>(size_t(N) * OC, 0x7FC0), DType::BF16,
-                               {N, OC});  // NaN
-    gpu->matmul_forward(gout, gx, gw, Tensor{}, N, C, OC);
-    const Tensor gdinp = upload(*gpu, bits_of(dinp0), DType::BF16, {N, C});
-    const Tensor gdw = upload(*gpu, dw0, DType::F32, {OC, C});
-    gpu->matmul_backward(gdinp, gdw, Tensor{}, upload(*gpu, bits_of(dout), DType::BF16, {N, OC}),
-                         gx, gw, N, C, OC);
-
-    const auto out = floats_of(download<uint16_t>(*gpu, gout));
-    const auto dinp = floats_of(download<uint16_t>(*gpu, gdinp));
-    const auto dw = download<float>(*gpu, gdw);
-    for (float v : out) ASSERT_TRUE(std::isfinite(v)) << N << "x" << C << "x" << OC;
-    EXPECT_LE(gputest::rel_err(out, download<float>(*cpu, cout_)), 5e-3) << OC;
-    EXPECT_LE(gputest::rel_err(dinp, download<float>(*cpu, cdinp)), 5e-3) << OC;
-    EXPECT_LE(gputest::rel_err(dw, download<float>(*cpu, cdw)), 1e-4) << OC;
+    const Tensor gw = upload(*gpu, w, DType::F32, {V, C});
+    // CUDA head, padded rows.
+    {
+      const Tensor gout = upload(*gpu, std::vector<uint16_t>(size_t(N) * ld, 0x7FC0), DType::BF16,
+                                 {N, ld});  // NaN
+      gpu->head_forward(gout, gx, gw, N, C, V, ld);
+      const Tensor gdinp = upload(*gpu, bits_of(dinp0), DType::BF16, {N, C});
+      const Tensor gdw = upload(*gpu, dw0, DType::F32, {V, C});
+      gpu->head_backward(gdinp, gdw, upload(*gpu, strided(bits_of(dout)), DType::BF16, {N, ld}),
+                         gx, gw, N, C, V, ld);
+      const auto all = floats_of(download<uint16_t>(*gpu, gout));
+      std::vector<float> out;
+      for (int n = 0; n < N; ++n) {
+        out.insert(out.end(), all.begin() + int64_t(n) * ld, all.begin() + int64_t(n) * ld + V);
+        for (int j = V; j < ld; ++j)
+          ASSERT_EQ(all[size_t(int64_t(n) * ld + j)], 0.0f) << "padding " << n << ", " << j;
+      }
+      for (float v : out) ASSERT_TRUE(std::isfinite(v)) << N << "x" << C << "x" << V;
+      EXPECT_LE(gputest::rel_err(out, want_out), 5e-3) << V;
+      EXPECT_LE(gputest::rel_err(floats_of(download<uint16_t>(*gpu, gdinp)), want_dinp), 5e-3) << V;
+      EXPECT_LE(gputest::rel_err(download<float>(*gpu, gdw), want_dw), 1e-4) << V;
+    }
+    // CUDA matmul, unpadded rows (cuBLASLt on rows off 16-byte boundaries).
+    {
+      const Tensor gout = upload(*gpu, std::vector<uint16_t>(size_t(N) * V, 0x7FC0), DType::BF16,
+                                 {N, V});  // NaN
+      gpu->matmul_forward(gout, gx, gw, Tensor{}, N, C, V);
+      const Tensor gdinp = upload(*gpu, bits_of(dinp0), DType::BF16, {N, C});
+      const Tensor gdw = upload(*gpu, dw0, DType::F32, {V, C});
+      gpu->matmul_backward(gdinp, gdw, Tensor{}, upload(*gpu, bits_of(dout), DType::BF16, {N, V}),
+                           gx, gw, N, C, V);
+      const auto out = floats_of(download<uint16_t>(*gpu, gout));
+      for (float v : out) ASSERT_TRUE(std::isfinite(v)) << N << "x" << C << "x" << V;
+      EXPECT_LE(gputest::rel_err(out, want_out), 5e-3) << V;
+      EXPECT_LE(gputest::rel_err(floats_of(download<uint16_t>(*gpu, gdinp)), want_dinp), 5e-3) << V;
+      EXPECT_LE(gputest::rel_err(download<float>(*gpu, gdw), want_dw), 1e-4) << V;
+    }
   }
 }
 

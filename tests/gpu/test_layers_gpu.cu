@@ -15,6 +15,8 @@
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -442,7 +444,7 @@ TEST(GpuClassifier, LossesAndInPlaceGradientsMatchCpu) {
     auto d_losses = poisoned(size_t(N) * sizeof(float));
     ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(d_losses.get<float>(), d_logits.get<bf16>(),
                                                        d_logits.get<bf16>(), d_t.get<int32_t>(), N,
-                                                       V, dloss));
+                                                       V, V, dloss));
     sync();
     EXPECT_LT(rel_err(to_host<float>(d_losses, size_t(N)), losses), kF32Tol) << N << "x" << V;
     EXPECT_LT(rel_err(bf16_to_host(d_logits, grad.size()), grad), kBf16Tol) << N << "x" << V;
@@ -460,7 +462,7 @@ TEST(GpuClassifier, LossesOnlyLeaveLogitsUntouched) {
     auto d_logits = to_device(logits.bits), d_t = to_device(targets);
     auto d_losses = poisoned(size_t(N) * sizeof(float));
     ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(
-        d_losses.get<float>(), nullptr, d_logits.get<bf16>(), d_t.get<int32_t>(), N, V, 1.0f));
+        d_losses.get<float>(), nullptr, d_logits.get<bf16>(), d_t.get<int32_t>(), N, V, V, 1.0f));
     sync();
     EXPECT_LT(rel_err(to_host<float>(d_losses, size_t(N)), losses), kF32Tol) << N << "x" << V;
     EXPECT_EQ(to_host<uint16_t>(d_logits, logits.bits.size()), logits.bits) << N << "x" << V;
@@ -477,11 +479,59 @@ TEST(GpuClassifier, TargetOutOfRangeGivesNanLoss) {
   auto d_losses = poisoned(size_t(N) * sizeof(float));
   ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(d_losses.get<float>(), d_logits.get<bf16>(),
                                                      d_logits.get<bf16>(), d_t.get<int32_t>(), N, V,
-                                                     1.0f));
+                                                     V, 1.0f));
   sync();
   const auto losses = to_host<float>(d_losses, size_t(N));
   EXPECT_TRUE(std::isfinite(losses[0]));
   EXPECT_TRUE(std::isnan(losses[1]));
+}
+
+// Rows ld > V apart (the CUDA backend's padded logits, Backend::logits_stride): the same losses
+// and gradient bits as the packed rows, each row's padding columns of dlogits written zero
+// (poisoned with NaN before: the head's backward GEMM reads them), in place and out of place.
+TEST(GpuClassifier, StridedRowsGiveThePackedResultsAndZeroPadding) {
+  ECO_REQUIRE_GPU();
+  for (const auto [N, V, ld] : {std::array{7, 11, 64}, std::array{9, 50257, 50304}}) {
+    const auto logits = bf16_randn(size_t(N) * V, 2.0f);
+    auto targets = random_tokens(size_t(N), V);
+    targets[1] = -1;  // an ignored row: zero gradient over the whole stride
+    const float dloss = 1.0f / float(N);
+    auto d_packed = to_device(logits.bits), d_t = to_device(targets);
+    auto d_packed_losses = poisoned(size_t(N) * sizeof(float));
+    ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(
+        d_packed_losses.get<float>(), d_packed.get<bf16>(), d_packed.get<bf16>(),
+        d_t.get<int32_t>(), N, V, V, dloss));
+    std::vector<uint16_t> strided(size_t(N) * ld, 0x7FC0);  // NaN padding
+    for (int n = 0; n < N; ++n)
+      std::copy_n(logits.bits.begin() + int64_t(n) * V, V, strided.begin() + int64_t(n) * ld);
+    auto d_strided = to_device(strided);
+    auto d_out = to_device(std::vector<uint16_t>(strided.size(), 0x7FC0));
+    auto d_losses = poisoned(size_t(N) * sizeof(float)),
+         d_losses_inplace = poisoned(size_t(N) * sizeof(float));
+    ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(d_losses.get<float>(), d_out.get<bf16>(),
+                                                       d_strided.get<bf16>(), d_t.get<int32_t>(),
+                                                       N, V, ld, dloss));
+    ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(
+        d_losses_inplace.get<float>(), d_strided.get<bf16>(), d_strided.get<bf16>(),
+        d_t.get<int32_t>(), N, V, ld, dloss));
+    sync();
+    const auto packed_losses = to_host<float>(d_packed_losses, size_t(N));
+    EXPECT_EQ(to_host<float>(d_losses, size_t(N)), packed_losses) << V << " / " << ld;
+    EXPECT_EQ(to_host<float>(d_losses_inplace, size_t(N)), packed_losses) << V << " / " << ld;
+    const auto packed = to_host<uint16_t>(d_packed, logits.bits.size());
+    for (const auto* d : {&d_out, &d_strided}) {
+      const auto got = to_host<uint16_t>(*d, strided.size());
+      for (int n = 0; n < N; ++n) {
+        EXPECT_TRUE(std::equal(packed.begin() + int64_t(n) * V, packed.begin() + int64_t(n + 1) * V,
+                               got.begin() + int64_t(n) * ld))
+            << "row " << n << ", V " << V << ", ld " << ld;
+        for (int j = V; j < ld; ++j)
+          ASSERT_EQ(got[size_t(int64_t(n) * ld + j)], 0u) << "padding " << n << ", " << j;
+      }
+    }
+  }
+  EXPECT_EQ(cuda::crossentropy_forward_backward(nullptr, nullptr, nullptr, nullptr, 1, 11, 10, 1.0f),
+            cudaErrorInvalidValue);
 }
 
 // ---- reductions

@@ -62,7 +62,8 @@ TEST(Device, CudaPlanHasBf16ActivationsAndTheSameStaticMemory) {
 
 // The CUDA plan includes the CUDA backend's workspaces for the model's shapes, recomputed here
 // from their definitions (kernels/common/cuda_workspaces.h documents them): GPT-2's shape, whose
-// vocabulary (50257) needs the padded head copies, under an FP8 treatment; none on the CPU.
+// vocabulary (50257) gets padded logits rows and a padded bf16 head weight, under an FP8
+// treatment; none on the CPU.
 TEST(Device, CudaPlanReservesTheCudaWorkspacesOfTheModelShapes) {
   ModelConfig m;
   m.family = "gpt2";
@@ -84,7 +85,9 @@ TEST(Device, CudaPlanReservesTheCudaWorkspacesOfTheModelShapes) {
   Transformer model(m, *gpu, B, treatment_from_name("fp8-eco-sr"));
   const uint64_t ld = 1024, elems = 12 * 1024 * ld;  // NH * T * (T rounded up to 8)
   EXPECT_EQ(bytes_of(*gpu, "attention scores (GEMM path)"), 4 * elems + 2 * elems);
-  EXPECT_EQ(bytes_of(*gpu, "padded logits / dlogits for the head GEMMs"), 2ull * N * 50304);
+  // The logits rows are padded in place (stride 50304), with no separate padded copy.
+  EXPECT_EQ(bytes_of(*gpu, "logits"), 2ull * N * 50304);
+  EXPECT_EQ(bytes_of(*gpu, "padded logits / dlogits for the head GEMMs"), 0u);
   EXPECT_EQ(bytes_of(*gpu, "bf16 weight for the GEMMs"), 2ull * 50304 * 768);
   EXPECT_EQ(bytes_of(*gpu, "FP8 activation codes + scales"), uint64_t(N) * 3072 + 4 * N);
   EXPECT_EQ(bytes_of(*gpu, "cublaslt workspace"), 32ull << 20);
@@ -92,6 +95,7 @@ TEST(Device, CudaPlanReservesTheCudaWorkspacesOfTheModelShapes) {
   auto cpu = make_planning_backend("cpu");
   Transformer on_cpu(m, *cpu, B, treatment_from_name("fp8-eco-sr"));
   EXPECT_EQ(bytes_of(*cpu, "attention scores (GEMM path)"), 0u);
+  EXPECT_EQ(bytes_of(*cpu, "logits"), 4ull * N * 50257);
   EXPECT_EQ(bytes_of(*cpu, "cublaslt workspace"), 0u);
 }
 
