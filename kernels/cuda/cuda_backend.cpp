@@ -34,6 +34,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norms.cuh"
 #include "kernels/cuda/op_profiler.h"
+#include "kernels/cuda/multi_tensor_update.cuh"
 #include "kernels/cuda/optimizer_update.cuh"
 #include "kernels/cuda/quantize.cuh"
 #include "kernels/cuda/reductions.cuh"
@@ -416,6 +417,18 @@ class CudaBackend final : public Backend {
     ECO_CHECK_CUDA(
         cuda::fp32_sgdm_update(f32(param), f32(grad), f32(m), n, sgdm_coeffs(st), s()));
   }
+  // All unquantized tensors in one launch (kernels/cuda/multi_tensor_update.cuh); the tables are
+  // uploaded on the first step and reused while the list stays the same.
+  void adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWStep& st) override {
+    ECO_OP("adamw_update_many");
+    adamw_plan_.build(slices(ts), /*adamw=*/true, s());
+    ECO_CHECK_CUDA(cuda::fp32_adamw_update_many(adamw_plan_, adamw_coeffs(st), s()));
+  }
+  void sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmStep& st) override {
+    ECO_OP("sgdm_update_many");
+    sgdm_plan_.build(slices(ts), /*adamw=*/false, s());
+    ECO_CHECK_CUDA(cuda::fp32_sgdm_update_many(sgdm_plan_, sgdm_coeffs(st), s()));
+  }
   void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
                               const Tensor& m, const Tensor& v, const AdamWStep& st,
                               const QuantizedStep& qs) override {
@@ -439,6 +452,19 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t s() const { return stream_.get(); }
+
+  std::vector<cuda::MultiTensorSlice> slices(const std::vector<PlainUpdate>& ts) const {
+    std::vector<cuda::MultiTensorSlice> out;
+    out.reserve(ts.size());
+    for (const PlainUpdate& t : ts) {
+      ECO_ASSERT(t.param.numel() >= t.n && t.grad.numel() >= t.n && t.m.numel() >= t.n &&
+                     (t.v.empty() || t.v.numel() >= t.n),
+                 "plain update of {} elements on smaller buffers", t.n);
+      out.push_back({f32(t.param), f32(t.grad), f32(t.m), t.v.empty() ? nullptr : f32(t.v), t.n,
+                     t.weight_decay});
+    }
+    return out;
+  }
 
   // Zero-filled device memory owned by the backend (not recorded: callers record it).
   void* alloc_raw(const std::string& name, size_t bytes) {
@@ -548,6 +574,7 @@ class CudaBackend final : public Backend {
   GrowingScratch scratch_f32_{"cuda scratch (fp32)", sizeof(float)};
   GrowingScratch weight_bf16_{"bf16 weight for the GEMMs", sizeof(bf16)};
   GrowingScratch fp8_act_{"FP8 activation codes + scales", 1};
+  cuda::MultiTensorPlan adamw_plan_, sgdm_plan_;  // device tables of the plain updates
   GrowingScratch attention_scores_{"attention scores (GEMM path)", 1};
 };
 

@@ -1,5 +1,5 @@
 // Backend selection by the config's `device`, the default (emulated) quantized linear layer and
-// the default (unpadded) language-model head.
+// the default (unpadded) language-model head and per-tensor plain updates.
 #include "model/backend.h"
 
 #include "core/error.h"
@@ -32,6 +32,22 @@ void Backend::head_backward(const Tensor& dinp, const Tensor& dw, const Tensor& 
                             const Tensor& inp, const Tensor& w, int N, int C, int V, int ld) {
   ECO_ASSERT(ld == V, "{}: head_backward with logits stride {} != vocabulary {}", name(), ld, V);
   matmul_backward(dinp, dw, Tensor{}, dlogits, inp, w, N, C, V);
+}
+
+void Backend::adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWStep& s) {
+  for (const PlainUpdate& t : ts) {
+    AdamWStep st = s;
+    st.weight_decay = t.weight_decay;
+    adamw_update(t.param, t.grad, t.m, t.v, t.n, st);
+  }
+}
+
+void Backend::sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmStep& s) {
+  for (const PlainUpdate& t : ts) {
+    SgdmStep st = s;
+    st.weight_decay = t.weight_decay;
+    sgdm_update(t.param, t.grad, t.m, t.n, st);
+  }
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device) {

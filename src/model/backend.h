@@ -32,6 +32,13 @@ struct SgdmStep {
   float lr, beta, weight_decay, grad_scale;
 };
 
+// One tensor of a plain (unquantized) update: param, grad, m (and v for AdamW) of n elements.
+struct PlainUpdate {
+  Tensor param, grad, m, v;
+  int64_t n = 0;
+  float weight_decay = 0.0f;
+};
+
 // The element math's coefficients for a step. Every backend derives them here, so the bias
 // corrections (computed in double, then rounded once to float) are the same bits everywhere.
 inline AdamWCoeffs adamw_coeffs(const AdamWStep& s) {
@@ -216,6 +223,11 @@ class Backend {
                             const Tensor& v, int64_t n, const AdamWStep& s) = 0;
   virtual void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
                            const SgdmStep& s) = 0;
+  // The plain steps of many tensors at once (the optimizer's unquantized parameters), each with
+  // its own weight decay (s.weight_decay is replaced by it). The defaults call adamw_update /
+  // sgdm_update per tensor; CUDA runs them all in one launch, with the same bits.
+  virtual void adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWStep& s);
+  virtual void sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmStep& s);
   // The fused update of a quantized parameter (kernels/common/eco_update.h), one scale group at
   // a time: moments, theta (never stored), new scale, codes, and under ECO the error into m.
   // master is the fp32 master copy (Master policy) or empty; m, v are fp32 or bf16.

@@ -34,25 +34,31 @@ void Optimizer::step(double lr, double grad_norm) {
   ParamStore& store = model_.store();
   const Treatment& tr = store.treatment();
   const auto& specs = model_.table().specs;
+  // Unquantized parameters are updated together after the loop (one launch on CUDA).
+  plain_.clear();
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& s = specs[i];
     const float wd = s.weight_decay ? float(cfg_.weight_decay) : 0.0f;
-    const AdamWStep as{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), wd,
-                       grad_scale, t_};
-    const SgdmStep ss{float(lr), float(cfg_.beta1), wd, grad_scale};
-    if (store.quantized(i)) {
-      const QuantizedStep qs{tr.policy, tr.rounding, seed_, uint64_t(t_), uint32_t(i)};
-      if (adamw_)
-        be.quantized_adamw_update(store.qtensor(i), store.value(i), model_.grad(i), m_[i], v_[i],
-                                  as, qs);
-      else
-        be.quantized_sgdm_update(store.qtensor(i), store.value(i), model_.grad(i), m_[i], ss, qs);
-    } else if (adamw_) {
-      be.adamw_update(store.value(i), model_.grad(i), m_[i], v_[i], s.numel(), as);
-    } else {
-      be.sgdm_update(store.value(i), model_.grad(i), m_[i], s.numel(), ss);
+    if (!store.quantized(i)) {
+      plain_.push_back({store.value(i), model_.grad(i), m_[i], v_[i], s.numel(), wd});
+      continue;
     }
+    const QuantizedStep qs{tr.policy, tr.rounding, seed_, uint64_t(t_), uint32_t(i)};
+    if (adamw_)
+      be.quantized_adamw_update(store.qtensor(i), store.value(i), model_.grad(i), m_[i], v_[i],
+                                {float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps),
+                                 wd, grad_scale, t_},
+                                qs);
+    else
+      be.quantized_sgdm_update(store.qtensor(i), store.value(i), model_.grad(i), m_[i],
+                               {float(lr), float(cfg_.beta1), wd, grad_scale}, qs);
   }
+  if (plain_.empty()) return;
+  if (adamw_)
+    be.adamw_update_many(plain_, {float(lr), float(cfg_.beta1), float(cfg_.beta2),
+                                  float(cfg_.eps), 0.0f, grad_scale, t_});
+  else
+    be.sgdm_update_many(plain_, {float(lr), float(cfg_.beta1), 0.0f, grad_scale});
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {

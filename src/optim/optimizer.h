@@ -33,6 +33,7 @@ class Optimizer {
   uint64_t seed_;
   bool adamw_;
   std::vector<Tensor> m_, v_;
+  std::vector<PlainUpdate> plain_;  // this step's unquantized updates (kept: no per-step allocation)
   int64_t t_ = 0;
 };
 

@@ -1,0 +1,95 @@
+// Plain fp32 AdamW / SGDM over many tensors in one launch: block b takes chunk b (one tensor's
+// elements [begin, begin + count), count <= kMultiTensorChunk) and applies the same element
+// functions as fp32_adamw_kernel / fp32_sgdm_kernel, so each element gets the same bits.
+// The tables are built on the host (multi_tensor_update.cpp).
+// Launch assumptions (checked in MultiTensorPlan::build): n >= 0, non-null param / grad / m
+// (and v for AdamW) when n > 0, fewer than 2^31 chunks. Chunk starts are multiples of
+// kMultiTensorChunk (a multiple of 4), so a tensor whose four buffers are 16-byte aligned keeps
+// float4 access in every chunk; any other alignment goes element by element.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/common/eco_update.h"
+#include "kernels/cuda/multi_tensor_update.cuh"
+
+namespace eco::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+static_assert(kMultiTensorChunk % 4 == 0, "chunk starts must keep float4 alignment");
+
+__device__ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The element step of one rule: w, m (and v) in place from g.
+struct AdamWElement {
+  AdamWCoeffs c;
+  __device__ void operator()(float& w, float g, float& m, float& v) const {
+    w = adamw_element(w, g, m, v, c);
+  }
+};
+struct SgdmElement {
+  SgdmCoeffs c;
+  __device__ void operator()(float& w, float g, float& m, float& /*v*/) const {
+    sgdm_moment(g, m, c);
+    w = sgdm_theta(w, m, c);
+  }
+};
+
+template <bool kAdamW, class Coeffs>
+__global__ void __launch_bounds__(kThreads)
+    update_many_kernel(const MultiTensorSlice* __restrict__ slices,
+                       const MultiTensorChunk* __restrict__ chunks, Coeffs coeffs) {
+  const MultiTensorChunk ch = chunks[blockIdx.x];
+  const MultiTensorSlice sl = slices[ch.slice];
+  coeffs.weight_decay = sl.weight_decay;
+  using Element = std::conditional_t<kAdamW, AdamWElement, SgdmElement>;
+  const Element step{coeffs};
+  float* __restrict__ w = sl.param + ch.begin;
+  const float* __restrict__ g = sl.grad + ch.begin;
+  float* __restrict__ m = sl.m + ch.begin;
+  float* __restrict__ v = kAdamW ? sl.v + ch.begin : nullptr;
+  float v_unused = 0.0f;
+  const int count = ch.count;
+  int tail = 0;
+  if (aligned16(w) && aligned16(g) && aligned16(m) && (!kAdamW || aligned16(v))) {
+    for (int q = threadIdx.x; q < count / 4; q += kThreads) {
+      float4 ww = reinterpret_cast<float4*>(w)[q], mm = reinterpret_cast<float4*>(m)[q];
+      const float4 gg = reinterpret_cast<const float4*>(g)[q];
+      float4 vv = kAdamW ? reinterpret_cast<float4*>(v)[q] : float4{};
+      step(ww.x, gg.x, mm.x, vv.x);
+      step(ww.y, gg.y, mm.y, vv.y);
+      step(ww.z, gg.z, mm.z, vv.z);
+      step(ww.w, gg.w, mm.w, vv.w);
+      reinterpret_cast<float4*>(w)[q] = ww;
+      reinterpret_cast<float4*>(m)[q] = mm;
+      if constexpr (kAdamW) reinterpret_cast<float4*>(v)[q] = vv;
+    }
+    tail = count - count % 4;
+  }
+  for (int i = tail + int(threadIdx.x); i < count; i += kThreads)
+    step(w[i], g[i], m[i], kAdamW ? v[i] : v_unused);
+}
+
+}  // namespace
+
+cudaError_t fp32_adamw_update_many(const MultiTensorPlan& plan, const AdamWCoeffs& c,
+                                   cudaStream_t s) {
+  if (plan.chunks() == 0) return cudaSuccess;
+  update_many_kernel<true><<<unsigned(plan.chunks()), kThreads, 0, s>>>(
+      static_cast<const MultiTensorSlice*>(plan.slice_table()),
+      static_cast<const MultiTensorChunk*>(plan.chunk_table()), c);
+  return cudaGetLastError();
+}
+
+cudaError_t fp32_sgdm_update_many(const MultiTensorPlan& plan, const SgdmCoeffs& c,
+                                  cudaStream_t s) {
+  if (plan.chunks() == 0) return cudaSuccess;
+  update_many_kernel<false><<<unsigned(plan.chunks()), kThreads, 0, s>>>(
+      static_cast<const MultiTensorSlice*>(plan.slice_table()),
+      static_cast<const MultiTensorChunk*>(plan.chunk_table()), c);
+  return cudaGetLastError();
+}
+
+}  // namespace eco::cuda
