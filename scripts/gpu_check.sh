@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One command for a GPU machine: builds for the GPU it finds, runs the GPU tests (each CUDA
 # kernel against its CPU twin, and the whole model against the CPU backend), the GPU benchmarks,
-# and short GPT-2 124M training runs (bf16-mw, fp8-eco-sr); prints a summary table last. Full log
-# in the directory given as argument. Each part runs under a timeout (tests 300 s, each benchmark
-# 120 s, each training run 180 s); on an H200 with prebuilt binaries the whole script should take
-# a few minutes.
+# and short GPT-2 124M training runs (bf16-mw with the default attention path and with
+# ECO_CUDA_ATTENTION=mma, fp8-eco-sr); prints a summary table last. Full log
+# in the directory given as argument. Each part runs under a timeout (tests 200 s, each benchmark
+# 60 s, each training run 80 s: 560 s at worst, inside the GPU machine's 10-minute call); on an
+# H200 with prebuilt binaries the whole script should take a few minutes.
 #   scripts/gpu_check.sh LOG_DIR
 # ECO_GPU_PREBUILT=DIR uses binaries built elsewhere (DIR/tests/eco_gpu_tests, DIR/eco-*-bench,
 # shared libraries the GPU machine lacks in DIR/libs) instead of building here, for GPU machines
@@ -53,7 +54,7 @@ fi
 
 # GPU tests.
 tests_xml=$log_dir/gpu_tests.xml
-timeout 300 "$bin"/tests/eco_gpu_tests --gtest_output=xml:"$tests_xml" >"$log_dir/gpu_tests.log" 2>&1
+timeout 200 "$bin"/tests/eco_gpu_tests --gtest_output=xml:"$tests_xml" >"$log_dir/gpu_tests.log" 2>&1
 tests_rc=$?
 cat "$log_dir/gpu_tests.log" >>"$log"
 passed=$(grep -c '^\[       OK \]' "$log_dir/gpu_tests.log")
@@ -66,7 +67,7 @@ bench_out=$log_dir/benchmarks.log
 for b in eco-gemm-bench eco-update-bench; do
   if [ -x "$bin/$b" ]; then
     echo "== $b" >>"$bench_out"
-    timeout 120 "$bin/$b" >>"$bench_out" 2>&1 || echo "$b failed (exit $?)" >>"$bench_out"
+    timeout 60 "$bin/$b" >>"$bench_out" 2>&1 || echo "$b failed (exit $?)" >>"$bench_out"
   fi
 done
 cat "$bench_out" >>"$log"
@@ -82,13 +83,18 @@ cat "$bench_out" >>"$log"
 train_rows=()
 train_rc=0
 if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-gpu.yaml --plan >/dev/null 2>&1; then
-  for tr in bf16-mw fp8-eco-sr; do
+  # label:treatment:attention path (ECO_CUDA_ATTENTION; the mma row measures the flash kernel on
+  # tensor cores against the default path in the same run).
+  for run in bf16-mw:bf16-mw:auto bf16-mw/mma:bf16-mw:mma fp8-eco-sr:fp8-eco-sr:auto; do
+    IFS=: read -r label treatment attention <<<"$run"
+    tr=${label//\//-}
     run_dir=$(mktemp -d /tmp/eco-gpu-train.XXXXXX)
     idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
       >"$log_dir/train_$tr.mem" 2>/dev/null &
     smi=$!
-    timeout 180 "$bin"/eco-train configs/gpt2-124m-gpu.yaml --set precision.treatment="$tr" \
+    ECO_CUDA_ATTENTION=$attention timeout 80 "$bin"/eco-train configs/gpt2-124m-gpu.yaml \
+      --set precision.treatment="$treatment" \
       --set train.out_dir="$run_dir" --set train.profile=true >"$log_dir/train_$tr.log" 2>&1
     rc=$?
     kill "$smi" 2>/dev/null
