@@ -5,18 +5,27 @@
 // (the first creates the plan); the operands rotate through enough copies to exceed twice the L2
 // (60 MB on H200), so every timed call reads them from HBM. Random data (not zeros: the power
 // draw, hence the clocks, depends on the bits).
+// Then causal attention at GPT-2 124M's shape (B 8, T 1024, NH 12, hs 64), forward and backward
+// on each CUDA path (cuBLASLt GEMMs, the flash kernel, the mma.sync kernels), timed the same way
+// over 4 rotating input sets, with each path's out and gradient against the GEMM path's (relative
+// norm of the difference; NaN shows as inf) so that the numbers come with a sanity check.
 // Usage: eco-gemm-bench [reps]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <vector>
 
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_gemm.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
@@ -90,6 +99,29 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+// Median time (us) of `call(set)` over reps, rotating through `sets` input sets, after 3 warm-up
+// calls (the first creates a GEMM's plan).
+float time_rotating(const std::function<void(int)>& call, int sets, int reps) {
+  for (int i = 0; i < 3; ++i) call(i % sets);
+  ECO_CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(size_t(2 * reps));
+  for (auto& e : ev) ECO_CHECK_CUDA(cudaEventCreate(&e));
+  for (int r = 0; r < reps; ++r) {
+    ECO_CHECK_CUDA(cudaEventRecord(ev[size_t(2 * r)]));
+    call(r % sets);
+    ECO_CHECK_CUDA(cudaEventRecord(ev[size_t(2 * r + 1)]));
+  }
+  ECO_CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> us(static_cast<size_t>(reps));
+  for (int r = 0; r < reps; ++r) {
+    float ms = 0;
+    ECO_CHECK_CUDA(cudaEventElapsedTime(&ms, ev[size_t(2 * r)], ev[size_t(2 * r + 1)]));
+    us[size_t(r)] = 1000.0f * ms;
+  }
+  for (auto& e : ev) ECO_CHECK_CUDA(cudaEventDestroy(e));
+  return median(us);
+}
+
 // Median time (us) of one kind at one shape.
 float time_kind(GemmEngine& engine, Kind kind, const Shape& s, int reps) {
   const int64_t NC = int64_t(s.N) * s.C, OCC = int64_t(s.OC) * s.C, NOC = int64_t(s.N) * s.OC;
@@ -151,25 +183,140 @@ float time_kind(GemmEngine& engine, Kind kind, const Shape& s, int reps) {
         break;
     }
   };
-  for (int i = 0; i < 3; ++i) call(ops[size_t(i % sets)]);
-  ECO_CHECK_CUDA(cudaDeviceSynchronize());
+  return time_rotating([&](int i) { call(ops[size_t(i)]); }, sets, reps);
+}
 
-  std::vector<cudaEvent_t> ev(size_t(2 * reps));
-  for (auto& e : ev) ECO_CHECK_CUDA(cudaEventCreate(&e));
-  for (int r = 0; r < reps; ++r) {
-    ECO_CHECK_CUDA(cudaEventRecord(ev[size_t(2 * r)]));
-    call(ops[size_t(r % sets)]);
-    ECO_CHECK_CUDA(cudaEventRecord(ev[size_t(2 * r + 1)]));
+// ---- attention ----------------------------------------------------------------------------------
+
+std::vector<float> bf16_to_host(const DeviceBuffer& d) {
+  std::vector<uint16_t> bits(d.bytes() / 2);
+  ECO_CHECK_CUDA(cudaMemcpy(bits.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost));
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t u = uint32_t(bits[i]) << 16;
+    std::memcpy(&v[i], &u, sizeof u);
   }
-  ECO_CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> us(static_cast<size_t>(reps));
-  for (int r = 0; r < reps; ++r) {
-    float ms = 0;
-    ECO_CHECK_CUDA(cudaEventElapsedTime(&ms, ev[size_t(2 * r)], ev[size_t(2 * r + 1)]));
-    us[size_t(r)] = 1000.0f * ms;
+  return v;
+}
+
+// ||a - b|| / ||b||, inf when a has a NaN or inf, NaN without a reference (b empty).
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return NAN;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
   }
-  for (auto& e : ev) ECO_CHECK_CUDA(cudaEventDestroy(e));
-  return median(us);
+  return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+
+enum class AttnPath { Gemm, Flash, Mma };
+const char* attn_path_name(AttnPath p) {
+  switch (p) {
+    case AttnPath::Gemm: return "gemm (cuBLASLt)";
+    case AttnPath::Flash: return "flash (CUDA cores)";
+    case AttnPath::Mma: return "mma (mma.sync)";
+  }
+  return "?";
+}
+
+// One attention input set: qkv, dout (random), the forward's out and lse.
+struct AttnSet {
+  DeviceBuffer qkv, dout, out, lse;
+};
+
+// Forward and backward of every path at GPT-2 124M's attention shape; one markdown row each.
+void bench_attention(GemmEngine& engine, int reps) {
+  constexpr int B = 8, T = 1024, NH = 12, hs = 64, C = NH * hs, kSets = 4;
+  const int64_t n_qkv = int64_t(B) * T * 3 * C, n_out = int64_t(B) * T * C;
+  const int64_t n_lse = int64_t(B) * NH * T;
+  std::vector<AttnSet> sets(kSets);
+  for (int i = 0; i < kSets; ++i) {
+    AttnSet& a = sets[size_t(i)];
+    a.qkv = DeviceBuffer(size_t(n_qkv) * 2);
+    a.dout = DeviceBuffer(size_t(n_out) * 2);
+    a.out = DeviceBuffer(size_t(n_out) * 2);
+    a.lse = DeviceBuffer(size_t(n_lse) * 4);
+    fill_bf16<<<1024, 256>>>(a.qkv.get<__nv_bfloat16>(), n_qkv, 100u + 2u * i);
+    fill_bf16<<<1024, 256>>>(a.dout.get<__nv_bfloat16>(), n_out, 101u + 2u * i);
+    ECO_CHECK_LAUNCH();
+  }
+  DeviceBuffer dqkv(size_t(n_qkv) * 2), D(size_t(n_lse) * 4);
+  const size_t scratch_bytes = eco::cuda::attention_gemm_scratch_bytes(T, NH);
+  DeviceBuffer scratch(scratch_bytes);
+  using bf = __nv_bfloat16;
+  const auto forward = [&](AttnPath p, AttnSet& a) {
+    bf* out = a.out.get<bf>();
+    float* lse = a.lse.get<float>();
+    const bf* qkv = a.qkv.get<bf>();
+    switch (p) {
+      case AttnPath::Gemm:
+        eco::cuda::attention_gemm_forward(engine, out, lse, qkv, scratch.get(), scratch_bytes, B,
+                                          T, C, NH);
+        break;
+      case AttnPath::Flash:
+        ECO_CHECK_CUDA(eco::cuda::attention_forward(out, lse, qkv, B, T, C, NH));
+        break;
+      case AttnPath::Mma:
+        eco::cuda::attention_mma_forward(out, lse, qkv, B, T, C, NH);
+        break;
+    }
+  };
+  const auto backward = [&](AttnPath p, AttnSet& a) {
+    bf* g = dqkv.get<bf>();
+    const bf *dout = a.dout.get<bf>(), *qkv = a.qkv.get<bf>(), *out = a.out.get<bf>();
+    const float* lse = a.lse.get<float>();
+    switch (p) {
+      case AttnPath::Gemm:
+        eco::cuda::attention_gemm_backward(engine, g, D.get<float>(), scratch.get(), scratch_bytes,
+                                           dout, qkv, out, lse, B, T, C, NH);
+        break;
+      case AttnPath::Flash:
+        ECO_CHECK_CUDA(eco::cuda::attention_backward(g, D.get<float>(), dout, qkv, out, lse, B, T,
+                                                     C, NH));
+        break;
+      case AttnPath::Mma:
+        eco::cuda::attention_mma_backward(g, D.get<float>(), dout, qkv, out, lse, B, T, C, NH);
+        break;
+    }
+  };
+
+  // Causal work: forward 2 products, backward 5, each over half of the (T, T) scores.
+  const double fwd_flops = 2.0 * 2.0 * B * NH * double(T) * T * hs / 2;
+  const double bwd_flops = 2.5 * fwd_flops;
+  std::printf("\n| attention B %d T %d NH %d hs %d | fwd (ms) | bwd (ms) | fwd TFLOP/s | "
+              "bwd TFLOP/s | out vs gemm | dqkv vs gemm |\n",
+              B, T, NH, hs);
+  std::printf("|------------------------------------|----------|----------|-------------|"
+              "-------------|-------------|--------------|\n");
+  std::vector<float> ref_out, ref_grad;
+  for (AttnPath p : {AttnPath::Gemm, AttnPath::Flash, AttnPath::Mma}) {
+    try {
+      // One untimed forward + backward into a zeroed dqkv on set 0: the comparison.
+      ECO_CHECK_CUDA(cudaMemset(dqkv.get(), 0, dqkv.bytes()));
+      forward(p, sets[0]);
+      backward(p, sets[0]);
+      ECO_CHECK_CUDA(cudaDeviceSynchronize());
+      const std::vector<float> out = bf16_to_host(sets[0].out), grad = bf16_to_host(dqkv);
+      if (p == AttnPath::Gemm) ref_out = out, ref_grad = grad;
+      const double out_diff = rel_diff(out, ref_out), grad_diff = rel_diff(grad, ref_grad);
+      // Timed: the forward over the sets (refreshing each set's out and lse), then the backward
+      // (accumulating into dqkv: the values grow by one gradient per call, harmlessly).
+      const float fwd_us = time_rotating([&](int i) { forward(p, sets[size_t(i)]); }, kSets, reps);
+      const float bwd_us = time_rotating([&](int i) { backward(p, sets[size_t(i)]); }, kSets, reps);
+      std::printf("| %-34s | %8.3f | %8.3f | %11.1f | %11.1f | %11.2e | %12.2e |\n",
+                  attn_path_name(p), fwd_us / 1000, bwd_us / 1000, fwd_flops / (fwd_us * 1e6),
+                  bwd_flops / (bwd_us * 1e6), out_diff, grad_diff);
+    } catch (const std::exception& e) {  // report it in the table and carry on
+      std::printf("| %-34s | failed: %s\n", attn_path_name(p), e.what());
+      cudaDeviceSynchronize();
+      cudaGetLastError();
+    }
+  }
+  std::printf("attention floors at this shape: fwd %.3f ms, bwd %.3f ms (causal FLOPs at the bf16 "
+              "peak)\n",
+              fwd_flops / kPeakBf16 * 1e3, bwd_flops / kPeakBf16 * 1e3);
 }
 
 }  // namespace
@@ -234,6 +381,7 @@ int main(int argc, char** argv) {
         "plans %lld, heuristic queries %lld\n",
         kPeakBf16 / 1e12, kPeakFp8 / 1e12, static_cast<long long>(engine.cached_plans()),
         static_cast<long long>(engine.heuristic_queries()));
+    bench_attention(engine, reps);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "eco-gemm-bench: %s\n", e.what());

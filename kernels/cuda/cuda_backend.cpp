@@ -16,15 +16,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/common/cuda_attention.h"
 #include "kernels/common/format_quantizer.h"
 #include "kernels/cuda/activations.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_gemm.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/classifier.cuh"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -88,7 +92,9 @@ class GrowingScratch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() : stream_(make_stream()) {
+  CudaBackend()
+      : stream_(make_stream()),
+        attention_request_(parse_cuda_attention(std::getenv("ECO_CUDA_ATTENTION"))) {
     ledger_.record("cublaslt workspace", MemCategory::Workspace,
                    cuda::GemmEngine::kWorkspaceBytes);
     const size_t ss_bytes = sizeof(double) * (cuda::kSumSquaresScratch + 1);
@@ -104,7 +110,13 @@ class CudaBackend final : public Backend {
   bool gemm_rounds_weights_to_bf16() const override { return true; }
   void reserve_workspaces(const WorkspaceShapes& shapes) override {
     const cuda_ws::Reservation r = cuda_ws::reservation(shapes);
-    if (r.attention_scores) attention_scores(r.attention_scores);
+    // The GEMM path's score scratch, unless the mma path takes the model's attention shapes.
+    if (r.attention_scores &&
+        choose_cuda_attention(attention_request_,
+                              cuda::attention_mma_supported(1, shapes.seq_len, shapes.d_model,
+                                                            shapes.n_head, {}),
+                              true) == CudaAttention::Gemm)
+      attention_scores(r.attention_scores);
     if (r.weight_bf16) weight_bf16_.get<bf16>(r.weight_bf16 / sizeof(bf16), s(), ledger_);
     if (r.fp8_activations) fp8_act_.get<uint8_t>(r.fp8_activations, s(), ledger_);
   }
@@ -254,34 +266,51 @@ class CudaBackend final : public Backend {
     ECO_OP("rope_backward");
     ECO_CHECK_CUDA(cuda::rope_backward(bf(dinp), bf(dout), B, Tn, C, NH, theta, s()));
   }
-  // att_state: the log-sum-exp (B, NH, T) fp32; the probabilities are never stored. Tensor-core
-  // GEMMs (attention_gemm.cuh) where their conditions hold (head size % 8 == 0, aligned
-  // buffers), else the flash kernel (attention.cuh); both save the same lse, so a forward and a
-  // backward may take different paths.
+  // att_state: the log-sum-exp (B, NH, T) fp32; the probabilities are never stored. The path
+  // (kernels/common/cuda_attention.h): the one ECO_CUDA_ATTENTION asks for where the call's
+  // shapes and buffers allow it, else the next of mma (attention_mma.cuh: hs 32, 64, 128), the
+  // cuBLASLt GEMMs (attention_gemm.cuh: hs % 8 == 0) and the flash kernel (attention.cuh: any
+  // shape); auto is gemm for now (mma once it has passed its GPU tests on a GPU). All save the
+  // same lse, so a forward and a backward may take different paths.
   void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
                          int Tn, int C, int NH) override {
     ECO_OP("attention_forward");
-    if (cuda::attention_gemm_supported(B, Tn, C, NH, {bf(out), bf(qkv)})) {
-      const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
-      cuda::attention_gemm_forward(gemm_, bf(out), f32(att_state), bf(qkv), attention_scores(bytes),
-                                   bytes, B, Tn, C, NH, s());
-      return;
+    switch (attention_path(B, Tn, C, NH, {bf(out), bf(qkv)})) {
+      case CudaAttention::Mma:
+        cuda::attention_mma_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH, s());
+        return;
+      case CudaAttention::Gemm: {
+        const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
+        cuda::attention_gemm_forward(gemm_, bf(out), f32(att_state), bf(qkv),
+                                     attention_scores(bytes), bytes, B, Tn, C, NH, s());
+        return;
+      }
+      default:
+        ECO_CHECK_CUDA(
+            cuda::attention_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH, s()));
     }
-    ECO_CHECK_CUDA(cuda::attention_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH, s()));
   }
-  // scratch (B, NH, T) fp32 holds D = rowsum(dout * out) on either path.
+  // scratch (B, NH, T) fp32 holds D = rowsum(dout * out) on every path.
   void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
                           const Tensor& qkv, const Tensor& out, const Tensor& att_state, int B,
                           int Tn, int C, int NH) override {
     ECO_OP("attention_backward");
-    if (cuda::attention_gemm_supported(B, Tn, C, NH, {bf(dqkv), bf(dout), bf(qkv), bf(out)})) {
-      const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
-      cuda::attention_gemm_backward(gemm_, bf(dqkv), f32(scratch), attention_scores(bytes), bytes,
-                                    bf(dout), bf(qkv), bf(out), f32(att_state), B, Tn, C, NH, s());
-      return;
+    switch (attention_path(B, Tn, C, NH, {bf(dqkv), bf(dout), bf(qkv), bf(out)})) {
+      case CudaAttention::Mma:
+        cuda::attention_mma_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
+                                     f32(att_state), B, Tn, C, NH, s());
+        return;
+      case CudaAttention::Gemm: {
+        const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
+        cuda::attention_gemm_backward(gemm_, bf(dqkv), f32(scratch), attention_scores(bytes),
+                                      bytes, bf(dout), bf(qkv), bf(out), f32(att_state), B, Tn, C,
+                                      NH, s());
+        return;
+      }
+      default:
+        ECO_CHECK_CUDA(cuda::attention_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv),
+                                                bf(out), f32(att_state), B, Tn, C, NH, s()));
     }
-    ECO_CHECK_CUDA(cuda::attention_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
-                                            f32(att_state), B, Tn, C, NH, s()));
   }
   void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) override {
     ECO_OP("gelu_forward");
@@ -496,7 +525,14 @@ class CudaBackend final : public Backend {
   static uint8_t* codes(const QTensor& q) { return typed<uint8_t>(q.codes, DType::U8); }
 
   float* scratch_f32(size_t n) { return scratch_f32_.get<float>(n, s(), ledger_); }
-  // One sequence's attention scores and probabilities for the tensor-core attention.
+  // The attention path of a call (kernels/common/cuda_attention.h).
+  CudaAttention attention_path(int B, int T, int C, int NH,
+                               std::initializer_list<const void*> matrices) const {
+    return choose_cuda_attention(attention_request_,
+                                 cuda::attention_mma_supported(B, T, C, NH, matrices),
+                                 cuda::attention_gemm_supported(B, T, C, NH, matrices));
+  }
+  // One sequence's attention scores and probabilities for the GEMM path.
   void* attention_scores(size_t bytes) {
     return attention_scores_.get<unsigned char>(bytes, s(), ledger_);
   }
@@ -569,6 +605,7 @@ class CudaBackend final : public Backend {
   Stream stream_;
   cuda::OpProfiler prof_;  // its events belong to the stream's device; destroyed after buffers
   cuda::GemmEngine gemm_;
+  CudaAttention attention_request_;  // ECO_CUDA_ATTENTION, read once
   std::vector<DeviceBuffer> buffers_;
   void* sum_squares_ = nullptr;  // 1 + kSumSquaresScratch doubles: the result, then the partials
   GrowingScratch scratch_f32_{"cuda scratch (fp32)", sizeof(float)};

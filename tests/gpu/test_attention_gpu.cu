@@ -1,11 +1,13 @@
-// GPU tests: causal attention forward/backward on both CUDA paths, the flash kernel
-// (attention.cuh) and the tensor-core GEMMs (attention_gemm.cuh), against the CPU twin
-// eco::cpu::attention_forward/backward<float> run on the same bf16-rounded inputs.
+// GPU tests: causal attention forward/backward on the three CUDA paths, the flash kernel
+// (attention.cuh), the tensor-core GEMMs (attention_gemm.cuh) and the mma.sync kernels
+// (attention_mma.cuh), against the CPU twin eco::cpu::attention_forward/backward<float> run on
+// the same bf16-rounded inputs.
 // Tolerances: the GPU stores out and dqkv in bf16 (8 significant bits: rounding alone gives a
 // relative-norm error of ~1.6e-3) and computes in fp32 in another order than BLAS, and backward
 // takes D = rowsum(dout * out) from the bf16 out (as FlashAttention does): forward 5e-3,
 // backward 1e-2. The GEMM path also rounds P and dS to bf16 for the GEMMs that read them (as
-// FlashAttention does; ~1e-3 relative each, independent across elements): the same bounds.
+// FlashAttention does; ~1e-3 relative each, independent across elements): the same bounds, and
+// the mma path rounds the same operands (P for P V, P and dS in the backward): the same again.
 // lse is fp32 throughout: checked against float64 to 2e-5 (absolute; values are O(log T), the
 // fp32 dot products of hs <= 128 terms err by ~1e-6).
 #include <cuda_bf16.h>
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_gemm.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/gemm.h"
 #include "model/backend.h"
 
@@ -60,6 +64,13 @@ const std::vector<AttnShape> kFlashShapes = {{1, 1, 1, 16},   {2, 7, 3, 16},   {
 const std::vector<AttnShape> kGemmShapes = {{1, 1, 2, 64},   {2, 7, 3, 64},    {2, 100, 2, 64},
                                             {1, 257, 3, 64}, {1, 1024, 2, 64}, {2, 129, 2, 128},
                                             {2, 33, 3, 24}};
+// mma path: T = 1, 17 (one past a warp's 16 rows), 64 (one whole 64-row tile), 65 and 100 (a
+// ragged second tile), 257 (one past 4 tiles), 1024 (GPT-2); hs 32, 64, 128 (128 also streams
+// the backward in 32-row steps, so its diagonal spans two steps).
+const std::vector<AttnShape> kMmaShapes = {{1, 1, 2, 64},   {2, 17, 3, 32},  {1, 64, 2, 64},
+                                           {2, 100, 2, 64}, {1, 257, 3, 64}, {1, 1024, 2, 64},
+                                           {2, 65, 2, 32},  {1, 100, 2, 128}, {2, 257, 1, 128},
+                                           {1, 1, 1, 128}};
 
 // Random normals rounded to bf16: the bits for the GPU, their exact float values for the CPU.
 struct Bf16Data {
@@ -127,6 +138,17 @@ class GemmPath final : public AttentionPath {
   }
   cuda::GemmEngine gemm_;
   cuda::DeviceBuffer scratch_;
+};
+
+class MmaPath final : public AttentionPath {
+ public:
+  void forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s) override {
+    cuda::attention_mma_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH);
+  }
+  void backward(bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out,
+                const float* lse, const AttnShape& s) override {
+    cuda::attention_mma_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T, s.C(), s.NH);
+  }
 };
 
 // lse[b, h, t] = log sum_{u <= t} exp(q_t . k_u / sqrt(hs)), in float64.
@@ -389,6 +411,172 @@ TEST(GpuAttentionGemm, BackendFallsBackToTheFlashKernelForHeadSize12) {
   auto be = make_cuda_backend();
   EXPECT_TRUE(backend_attention_writes_finite(*be, 2, 64, 36, 3));
   EXPECT_EQ(gemm_scratch_in_ledger(*be), 0u);
+}
+
+// ---- the mma.sync path ----------------------------------------------------------------------
+
+TEST(GpuAttentionMma, ForwardMatchesCpuTwin) {
+  ECO_REQUIRE_GPU();
+  MmaPath mma;
+  expect_forward_matches_cpu(mma, kMmaShapes);
+}
+
+TEST(GpuAttentionMma, BackwardAccumulatesCpuTwinsGradient) {
+  ECO_REQUIRE_GPU();
+  MmaPath mma;
+  expect_backward_matches_cpu(mma, mma, kMmaShapes);
+}
+
+// The same lse as both other paths, in both directions (the backend may mix them).
+TEST(GpuAttentionMma, BackwardTakesTheOtherPathsLseAndViceVersa) {
+  ECO_REQUIRE_GPU();
+  FlashPath flash;
+  GemmPath gemm;
+  MmaPath mma;
+  const std::vector<AttnShape> shapes = {{2, 7, 3, 64}, {1, 257, 2, 64}, {1, 100, 2, 128},
+                                         {2, 65, 2, 32}};
+  expect_backward_matches_cpu(flash, mma, shapes);
+  expect_backward_matches_cpu(mma, flash, shapes);
+  expect_backward_matches_cpu(gemm, mma, shapes);
+  expect_backward_matches_cpu(mma, gemm, shapes);
+}
+
+TEST(GpuAttentionMma, ForwardAndBackwardAreDeterministic) {
+  ECO_REQUIRE_GPU();
+  MmaPath mma;
+  expect_deterministic(mma, {2, 257, 3, 64});
+  expect_deterministic(mma, {1, 1024, 12, 64});
+  expect_deterministic(mma, {2, 129, 2, 128});
+}
+
+// Host-only (runs without a GPU): the conditions the backend chooses the path by.
+TEST(GpuAttentionMma, TakesHeadSizes32_64_128WithAlignedBuffersOnly) {
+  alignas(16) static char buf[64];
+  const void* p = buf;
+  EXPECT_TRUE(cuda::attention_mma_supported(8, 1024, 768, 12, {p, p}));  // GPT-2 124M
+  EXPECT_TRUE(cuda::attention_mma_supported(1, 1, 32, 1, {p}));
+  EXPECT_TRUE(cuda::attention_mma_supported(3, 100, 256, 2, {p}));      // hs 128, ragged T
+  EXPECT_TRUE(cuda::attention_mma_supported(2, 64, 768, 12, {}));       // the shape alone
+  EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 72, 3, {p}));       // hs 24 (GEMM path)
+  EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 96 * 4, 4, {p}));   // hs 96: not compiled
+  EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 256 * 2, 2, {p}));  // hs 256
+  EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 10, 3, {p}));       // C % NH
+  EXPECT_FALSE(cuda::attention_mma_supported(2, 0, 768, 12, {p}));      // T 0
+  EXPECT_FALSE(cuda::attention_mma_supported(65536, 4, 64, 1, {p}));    // B past the grid's y
+  EXPECT_FALSE(cuda::attention_mma_supported(1, 65535 * 64 + 1, 64, 1, {p}));  // tiles past z
+  EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 768, 12, {p, buf + 8}));  // misaligned
+  EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 768, 12, {p, nullptr}));
+}
+
+// Host-only: the checks run before anything touches the (host) buffers.
+TEST(GpuAttentionMma, RejectsUnsupportedCallsNamingTheShapes) {
+  alignas(16) static char buf[256];
+  auto* p = reinterpret_cast<bf16*>(buf);
+  auto* f = reinterpret_cast<float*>(buf);
+  std::string hs12 = "no error", no_lse = "no error", misaligned = "no error";
+  try {
+    cuda::attention_mma_forward(p, f, p, 1, 4, 36, 3);  // hs 12
+  } catch (const std::exception& e) {  // eco::Error
+    hs12 = e.what();
+  }
+  try {
+    cuda::attention_mma_backward(p, f, p, p, p, nullptr, 2, 16, 128, 2);  // lse null
+  } catch (const std::exception& e) {
+    no_lse = e.what();
+  }
+  try {
+    cuda::attention_mma_backward(p + 1, f, p, p, p, f, 1, 8, 64, 1);  // dqkv off 16 bytes
+  } catch (const std::exception& e) {
+    misaligned = e.what();
+  }
+  EXPECT_NE(hs12.find("B=1 T=4 C=36 NH=3: the mma path needs"), std::string::npos) << hs12;
+  EXPECT_NE(hs12.find("attention_mma_forward"), std::string::npos) << hs12;
+  EXPECT_NE(no_lse.find("B=2 T=16 C=128 NH=2: the mma path needs"), std::string::npos) << no_lse;
+  EXPECT_NE(misaligned.find("B=1 T=8 C=64 NH=1: the mma path needs"), std::string::npos)
+      << misaligned;
+}
+
+// ECO_CUDA_ATTENTION set for one scope (the backend reads it once, at construction).
+class ScopedAttentionEnv {
+ public:
+  explicit ScopedAttentionEnv(const char* value) {
+    if (const char* old = std::getenv(kName)) {
+      old_ = old;
+      had_ = true;
+    }
+    setenv(kName, value, 1);
+  }
+  ~ScopedAttentionEnv() {
+    if (had_)
+      setenv(kName, old_.c_str(), 1);
+    else
+      unsetenv(kName);
+  }
+
+ private:
+  static constexpr const char* kName = "ECO_CUDA_ATTENTION";
+  std::string old_;
+  bool had_ = false;
+};
+
+// The backend's attention output for fixed random qkv, as bf16 bits.
+std::vector<uint16_t> backend_attention_out(Backend& be, const AttnShape& s) {
+  const int64_t N = int64_t(s.B) * s.T;
+  const Tensor qkv = be.alloc("qkv", {N, 3 * s.C()}, DType::BF16, MemCategory::Workspace);
+  be.copy_from_host(qkv, random_bf16(s.n_qkv(), 21, 1.0f).bits.data());
+  const Tensor out = be.alloc("out", {N, s.C()}, DType::BF16, MemCategory::Workspace);
+  const Tensor lse =
+      be.alloc("lse", be.attention_state_shape(s.B, s.NH, s.T), DType::F32, MemCategory::Workspace);
+  be.attention_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH);
+  std::vector<uint16_t> bits(s.n_out());
+  be.copy_to_host(bits.data(), out);
+  return bits;
+}
+
+// ECO_CUDA_ATTENTION=mma: the backend's forward is the mma kernel's, bit for bit (the GEMM and
+// flash paths round differently), backward runs finite, and no GEMM score scratch is reserved.
+TEST(GpuAttentionMma, BackendTakesTheMmaPathWhenAsked) {
+  ECO_REQUIRE_GPU();
+  const ScopedAttentionEnv env("mma");
+  auto be = make_cuda_backend();
+  const AttnShape s{2, 257, 3, 64};
+  const auto got = backend_attention_out(*be, s);
+  auto d_qkv = to_device(random_bf16(s.n_qkv(), 21, 1.0f).bits);
+  cuda::DeviceBuffer d_out(s.n_out() * 2), d_lse(s.n_lse() * sizeof(float));
+  cuda::attention_mma_forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv), s.B, s.T,
+                              s.C(), s.NH);
+  ECO_CHECK_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(got, to_host<uint16_t>(d_out, s.n_out()));
+  EXPECT_TRUE(backend_attention_writes_finite(*be, 8, 1024, 768, 12));
+  WorkspaceShapes shapes;
+  shapes.tokens = 8 * 1024;
+  shapes.seq_len = 1024;
+  shapes.d_model = 768;
+  shapes.n_head = 12;
+  shapes.vocab = 50257;
+  be->reserve_workspaces(shapes);
+  EXPECT_EQ(gemm_scratch_in_ledger(*be), 0u);
+}
+
+// ECO_CUDA_ATTENTION=mma with a head size the mma path lacks (24): the GEMM path takes it.
+TEST(GpuAttentionMma, BackendFallsBackToTheGemmPathForHeadSize24) {
+  ECO_REQUIRE_GPU();
+  const ScopedAttentionEnv env("mma");
+  auto be = make_cuda_backend();
+  EXPECT_TRUE(backend_attention_writes_finite(*be, 2, 64, 72, 3));
+  EXPECT_EQ(gemm_scratch_in_ledger(*be), cuda::attention_gemm_scratch_bytes(64, 3));
+}
+
+TEST(GpuAttentionMma, BackendRefusesAnUnknownEcoCudaAttention) {
+  ECO_REQUIRE_GPU();
+  const ScopedAttentionEnv env("fast");
+  std::string msg = "no error";
+  try {
+    make_cuda_backend();
+  } catch (const std::exception& e) {  // eco::Error, a usage error (tests/unit checks the kind)
+    msg = e.what();
+  }
+  EXPECT_EQ(msg, "ECO_CUDA_ATTENTION=fast: expected auto, mma, gemm or flash");
 }
 
 }  // namespace
