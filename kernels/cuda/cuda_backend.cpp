@@ -338,6 +338,18 @@ class CudaBackend final : public Backend {
     ECO_OP("accumulate");
     ECO_CHECK_CUDA(cuda::accumulate(bf(dst), bf(src), n, s()));
   }
+  void residual_norm_forward(const Tensor& resid, const Tensor& out, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& a, const Tensor& b, const Tensor& w,
+                             const Tensor& bias, int N, int C, float eps, bool rms) override {
+    ECO_OP("residual_norm_forward");
+    if (rms)
+      ECO_CHECK_CUDA(cuda::residual_rmsnorm_forward(bf(resid), bf(out), f32(rstd), bf(a), bf(b),
+                                                    f32(w), N, C, eps, s()));
+    else
+      ECO_CHECK_CUDA(cuda::residual_layernorm_forward(bf(resid), bf(out), f32(mean), f32(rstd),
+                                                      bf(a), bf(b), f32(w), f32(bias), N, C, eps,
+                                                      s()));
+  }
   void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
                                      const Tensor& logits, const Tensor& targets, int N, int V,
                                      int ld, float dloss) override {

@@ -2,7 +2,8 @@
 // ragged), buffers non-null (bias, dbias may be null), backward scratch of
 // norm_backward_scratch_floats(C) floats. Rows move in chunks of 8 bf16 (elementwise.cuh), as
 // 16-byte accesses when C % 8 == 0 and the buffers are 16-byte aligned, else element by element.
-//  - Forward and dinp: one warp per row, kWarps rows per block; lane l takes the chunks at
+//  - Forward (optionally with the residual add fused in front: residual_*norm_forward) and dinp:
+//    one warp per row, kWarps rows per block; lane l takes the chunks at
 //    8l, 8l + 256, ...; sums are warp butterflies (fixed order). Two-pass variance like the CPU.
 //  - dweight/dbias: rows are cut into at most kNormRowChunks chunks (a function of N only). In a
 //    block of 256 columns, lane l owns columns 8l..8l+7 and warp w the rows w, w + 8, ... of the
@@ -34,24 +35,53 @@ __device__ float warp_sum(float v) {
 
 __device__ int chunk_count(int C, int c0) { return min(kBf16Chunk, max(0, C - c0)); }
 
+// The residual add fused in front (kResidual): the row x = bf16(a + b) is written to `inp`
+// (then the residual stream's buffer) in the first pass, by the lane that later re-reads it, and
+// everything after reads it back: the same bits as residual_forward followed by this kernel.
+struct ResidualIn {
+  const bf16* a = nullptr;
+  const bf16* b = nullptr;
+};
+
+// x (C) of this row = bf16(a + b) (fp32 add, one rounding, as residual_forward), stored into
+// xw; v gets the rounded values.
+__device__ void residual_chunk(float (&v)[kBf16Chunk], bf16* xw, const bf16* a, const bf16* b,
+                               int count, bool vec) {
+  float u[kBf16Chunk];
+  load_chunk(v, a, count, vec);
+  load_chunk(u, b, count, vec);
+  for (int k = 0; k < kBf16Chunk; k++) v[k] = __bfloat162float(__float2bfloat16_rn(v[k] + u[k]));
+  store_chunk(xw, v, count, vec);
+}
+
 // kRms: out = x * rstd * w; otherwise out = (x - mean) * rstd * w + b.
-template <bool kRms>
-__global__ void norm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp,
+template <bool kRms, bool kResidual>
+__global__ void norm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* inp, ResidualIn res,
                                     const float* weight, const float* bias, int N, int C, float eps,
                                     bool vec) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const bf16* x = inp + int64_t(row) * C;
-  bf16* o = out + int64_t(row) * C;
+  const int64_t base = int64_t(row) * C;
+  const bf16* x = inp + base;
+  bf16* o = out + base;
   float v[kBf16Chunk], m = 0, var = 0;
+  // The first pass over the row: from the residual inputs (writing x) or from x.
+  const auto first_load = [&](int c0, int count) {
+    if constexpr (kResidual)
+      residual_chunk(v, inp + base + c0, res.a + base + c0, res.b + base + c0, count, vec);
+    else
+      load_chunk(v, x + c0, count, vec);
+  };
   if constexpr (!kRms) {
     for (int c0 = lane * kBf16Chunk; c0 < C; c0 += kRowStep) {
       const int count = chunk_count(C, c0);
-      load_chunk(v, x + c0, count, vec);
+      first_load(c0, count);
       for (int k = 0; k < kBf16Chunk; k++)
         if (k < count) m += v[k];
     }
     m = warp_sum(m) / C;
+  } else if constexpr (kResidual) {
+    for (int c0 = lane * kBf16Chunk; c0 < C; c0 += kRowStep) first_load(c0, chunk_count(C, c0));
   }
   for (int c0 = lane * kBf16Chunk; c0 < C; c0 += kRowStep) {
     const int count = chunk_count(C, c0);
@@ -182,15 +212,23 @@ __global__ void norm_param_reduce_kernel(float* dweight, float* dbias, const flo
 unsigned row_blocks(int N) { return unsigned((N + kWarps - 1) / kWarps); }
 unsigned col_blocks(int C) { return unsigned((C + kColsPerBlock - 1) / kColsPerBlock); }
 
+// inp is read (res.a null) or, with the residual fused in, written with res.a + res.b first.
 template <bool kRms>
-cudaError_t norm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const float* weight,
-                         const float* bias, int N, int C, float eps, cudaStream_t s) {
+cudaError_t norm_forward(bf16* out, float* mean, float* rstd, bf16* inp, ResidualIn res,
+                         const float* weight, const float* bias, int N, int C, float eps,
+                         cudaStream_t s) {
   if (N < 0 || C <= 0) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
   if (!out || !rstd || !inp || !weight || (!kRms && !mean)) return cudaErrorInvalidValue;
-  const bool vec = C % kBf16Chunk == 0 && aligned16(out) && aligned16(inp);
-  norm_forward_kernel<kRms>
-      <<<row_blocks(N), kWarps * 32, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, eps, vec);
+  if ((res.a == nullptr) != (res.b == nullptr)) return cudaErrorInvalidValue;
+  const bool vec = C % kBf16Chunk == 0 && aligned16(out) && aligned16(inp) &&
+                   (res.a == nullptr || (aligned16(res.a) && aligned16(res.b)));
+  if (res.a)
+    norm_forward_kernel<kRms, true><<<row_blocks(N), kWarps * 32, 0, s>>>(
+        out, mean, rstd, inp, res, weight, bias, N, C, eps, vec);
+  else
+    norm_forward_kernel<kRms, false><<<row_blocks(N), kWarps * 32, 0, s>>>(
+        out, mean, rstd, inp, res, weight, bias, N, C, eps, vec);
   return cudaGetLastError();
 }
 
@@ -223,7 +261,23 @@ cudaError_t norm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* 
 cudaError_t layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp,
                               const float* weight, const float* bias, int N, int C, float eps,
                               cudaStream_t s) {
-  return norm_forward<false>(out, mean, rstd, inp, weight, bias, N, C, eps, s);
+  return norm_forward<false>(out, mean, rstd, const_cast<bf16*>(inp), {}, weight, bias, N, C, eps,
+                             s);  // not written: no residual inputs
+}
+
+cudaError_t residual_layernorm_forward(bf16* resid, bf16* out, float* mean, float* rstd,
+                                       const bf16* a, const bf16* b, const float* weight,
+                                       const float* bias, int N, int C, float eps,
+                                       cudaStream_t s) {
+  if (!a || !b) return cudaErrorInvalidValue;
+  return norm_forward<false>(out, mean, rstd, resid, {a, b}, weight, bias, N, C, eps, s);
+}
+
+cudaError_t residual_rmsnorm_forward(bf16* resid, bf16* out, float* rstd, const bf16* a,
+                                     const bf16* b, const float* weight, int N, int C, float eps,
+                                     cudaStream_t s) {
+  if (!a || !b) return cudaErrorInvalidValue;
+  return norm_forward<true>(out, nullptr, rstd, resid, {a, b}, weight, nullptr, N, C, eps, s);
 }
 
 cudaError_t layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
@@ -235,7 +289,8 @@ cudaError_t layernorm_backward(bf16* dinp, float* dweight, float* dbias, const b
 
 cudaError_t rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const float* weight, int N,
                             int C, float eps, cudaStream_t s) {
-  return norm_forward<true>(out, nullptr, rstd, inp, weight, nullptr, N, C, eps, s);
+  return norm_forward<true>(out, nullptr, rstd, const_cast<bf16*>(inp), {}, weight, nullptr, N, C,
+                            eps, s);  // not written: no residual inputs
 }
 
 cudaError_t rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,

@@ -17,6 +17,14 @@ inline size_t norm_backward_scratch_floats(int C) { return size_t(2) * kNormRowC
 cudaError_t layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd,
                               const __nv_bfloat16* inp, const float* weight, const float* bias,
                               int N, int C, float eps, cudaStream_t s = nullptr);
+// The residual add fused in front of the norm: resid (N, C) = a + b (fp32 add, one rounding, as
+// residual_forward), then out, mean, rstd = layernorm_forward(resid): the same bits as the two
+// calls, with one pass less over resid. resid may alias a or b.
+cudaError_t residual_layernorm_forward(__nv_bfloat16* resid, __nv_bfloat16* out, float* mean,
+                                       float* rstd, const __nv_bfloat16* a,
+                                       const __nv_bfloat16* b, const float* weight,
+                                       const float* bias, int N, int C, float eps,
+                                       cudaStream_t s = nullptr);
 // dinp (N, C) bf16 +=; dweight, dbias (C) fp32 += (dbias may be null). scratch: see above.
 cudaError_t layernorm_backward(__nv_bfloat16* dinp, float* dweight, float* dbias,
                                const __nv_bfloat16* dout, const __nv_bfloat16* inp,
@@ -25,6 +33,11 @@ cudaError_t layernorm_backward(__nv_bfloat16* dinp, float* dweight, float* dbias
 // out = inp * rstd * weight, rstd (N) = 1/sqrt(mean(inp^2) + eps) saved.
 cudaError_t rmsnorm_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* inp,
                             const float* weight, int N, int C, float eps, cudaStream_t s = nullptr);
+// resid = a + b, then out, rstd = rmsnorm_forward(resid), as residual_layernorm_forward.
+cudaError_t residual_rmsnorm_forward(__nv_bfloat16* resid, __nv_bfloat16* out, float* rstd,
+                                     const __nv_bfloat16* a, const __nv_bfloat16* b,
+                                     const float* weight, int N, int C, float eps,
+                                     cudaStream_t s = nullptr);
 // dinp (N, C) bf16 +=; dweight (C) fp32 +=. scratch: see above.
 cudaError_t rmsnorm_backward(__nv_bfloat16* dinp, float* dweight, const __nv_bfloat16* dout,
                              const __nv_bfloat16* inp, const float* weight, const float* rstd,

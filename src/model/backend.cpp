@@ -1,5 +1,6 @@
 // Backend selection by the config's `device`, the default (emulated) quantized linear layer and
-// the default (unpadded) language-model head and per-tensor plain updates.
+// the default (unpadded) language-model head, unfused residual + norm and per-tensor plain
+// updates.
 #include "model/backend.h"
 
 #include "core/error.h"
@@ -32,6 +33,17 @@ void Backend::head_backward(const Tensor& dinp, const Tensor& dw, const Tensor& 
                             const Tensor& inp, const Tensor& w, int N, int C, int V, int ld) {
   ECO_ASSERT(ld == V, "{}: head_backward with logits stride {} != vocabulary {}", name(), ld, V);
   matmul_backward(dinp, dw, Tensor{}, dlogits, inp, w, N, C, V);
+}
+
+void Backend::residual_norm_forward(const Tensor& resid, const Tensor& out, const Tensor& mean,
+                                    const Tensor& rstd, const Tensor& a, const Tensor& b,
+                                    const Tensor& w, const Tensor& bias, int N, int C, float eps,
+                                    bool rms) {
+  residual_forward(resid, a, b, int64_t(N) * C);
+  if (rms)
+    rmsnorm_forward(out, rstd, resid, w, N, C, eps);
+  else
+    layernorm_forward(out, mean, rstd, resid, w, bias, N, C, eps);
 }
 
 void Backend::adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWStep& s) {

@@ -163,6 +163,14 @@ class Backend {
   virtual void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b,
                                 int64_t n) = 0;
   virtual void accumulate(const Tensor& dst, const Tensor& src, int64_t n) = 0;
+  // The residual add and the norm after it: resid (N, C) = a + b as residual_forward, then out
+  // = norm(resid) as layernorm_forward (rms false; mean saved, bias may be empty) or
+  // rmsnorm_forward (rms true; mean and bias unused). The default makes the two calls; CUDA
+  // fuses them (one pass less over resid, the same bits).
+  virtual void residual_norm_forward(const Tensor& resid, const Tensor& out, const Tensor& mean,
+                                     const Tensor& rstd, const Tensor& a, const Tensor& b,
+                                     const Tensor& w, const Tensor& bias, int N, int C, float eps,
+                                     bool rms);
   // The language-model head (no bias): logits (N, ld) with ld = logits_stride(V, C), its first
   // V columns inp (N, C) @ w (V, C)^T and the columns past V zero. The default is
   // matmul_forward (ld == V only).

@@ -152,6 +152,14 @@ void Transformer::norm_forward(const Tensor& out, const Tensor& mean, const Tens
     be_.layernorm_forward(out, mean, rstd, inp, w, b, N, cfg_.d_model, cfg_.norm_eps);
 }
 
+void Transformer::residual_norm_forward(const Tensor& resid, const Tensor& out, const Tensor& mean,
+                                        const Tensor& rstd, const Tensor& a, const Tensor& b,
+                                        const Tensor& w, const Tensor& bias, int N) {
+  be_.residual_norm_forward(resid, out, cfg_.is_llama() ? Tensor{} : mean, rstd, a, b, w,
+                            cfg_.is_llama() ? Tensor{} : bias, N, cfg_.d_model, cfg_.norm_eps,
+                            cfg_.is_llama());
+}
+
 void Transformer::norm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db,
                                 const Tensor& dout, const Tensor& inp, const Tensor& w,
                                 const Tensor& mean, const Tensor& rstd, int N) {
@@ -166,11 +174,14 @@ void Transformer::forward(int B, int T) {
   const int FC = cfg_.is_llama() ? 2 * H : H;
   be_.embedding_forward(encoded_, tokens_, w(wte_), w(wpe_), B, T, C);  // (N, C)
   Tensor x = encoded_;
+  // Every residual add is fused with the norm that reads it (Backend::residual_norm_forward):
+  // norm2 of the same layer, then norm1 of the next layer or the final norm.
+  norm_forward(acts_[0].norm1, acts_[0].norm1_mean, acts_[0].norm1_rstd, x,
+               w(layers_[0].norm1_w), w(layers_[0].norm1_b), N);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const ScopedRange range(be_, forward_range_[l].c_str());
     const LayerParams& p = layers_[l];
     LayerActs& a = acts_[l];
-    norm_forward(a.norm1, a.norm1_mean, a.norm1_rstd, x, w(p.norm1_w), w(p.norm1_b), N);
     linear_forward(a.qkv, a.norm1, a.norm1, p.qkv_w, p.qkv_b, N, C, 3 * C);  // (N, 3C)
     Tensor qkv = a.qkv;
     if (cfg_.is_llama()) {
@@ -179,20 +190,26 @@ void Transformer::forward(int B, int T) {
     }
     be_.attention_forward(a.atty, a.att, qkv, B, T, C, NH);                     // (N, C)
     linear_forward(scratch_c_, a.atty, a.proj_in, p.proj_w, p.proj_b, N, C, C);  // (N, C)
-    be_.residual_forward(a.resid_mid, x, scratch_c_, int64_t(N) * C);
-    norm_forward(a.norm2, a.norm2_mean, a.norm2_rstd, a.resid_mid, w(p.norm2_w), w(p.norm2_b),
-                 N);
+    residual_norm_forward(a.resid_mid, a.norm2, a.norm2_mean, a.norm2_rstd, x, scratch_c_,
+                          w(p.norm2_w), w(p.norm2_b), N);
     linear_forward(a.fc, a.norm2, a.norm2, p.fc_w, p.fc_b, N, C, FC);  // (N, FC)
     if (cfg_.is_llama())
       be_.swiglu_forward(a.act, a.fc, N, H);  // (N, H)
     else
       be_.gelu_forward(a.act, a.fc, int64_t(N) * H);
     linear_forward(scratch_c_, a.act, a.act, p.mlp_proj_w, p.mlp_proj_b, N, H, C);  // (N, C)
-    be_.residual_forward(a.resid_out, a.resid_mid, scratch_c_, int64_t(N) * C);
+    if (l + 1 < cfg_.n_layer) {
+      LayerActs& next = acts_[l + 1];
+      residual_norm_forward(a.resid_out, next.norm1, next.norm1_mean, next.norm1_rstd,
+                            a.resid_mid, scratch_c_, w(layers_[l + 1].norm1_w),
+                            w(layers_[l + 1].norm1_b), N);
+    } else {
+      residual_norm_forward(a.resid_out, norm_f_, norm_f_mean_, norm_f_rstd_, a.resid_mid,
+                            scratch_c_, w(norm_f_w_), w(norm_f_b_), N);
+    }
     x = a.resid_out;
   }
-  const ScopedRange range(be_, "final norm + head forward");
-  norm_forward(norm_f_, norm_f_mean_, norm_f_rstd_, x, w(norm_f_w_), w(norm_f_b_), N);
+  const ScopedRange range(be_, "head forward");
   be_.head_forward(logits_, norm_f_, w(head_), N, C, cfg_.vocab_size, logits_ld_);  // (N, ld)
 }
 

@@ -71,6 +71,10 @@ class Transformer {
   void backward(int B, int T);  // from dlogits (in logits_) to grads_
   void norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                     const Tensor& w, const Tensor& b, int N);
+  // resid = a + b, then out = the family's norm of resid (Backend::residual_norm_forward).
+  void residual_norm_forward(const Tensor& resid, const Tensor& out, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& a, const Tensor& b, const Tensor& w,
+                             const Tensor& bias, int N);
   void norm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
                      const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                      int N);

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gpu_test.h"
@@ -264,6 +265,70 @@ TEST(GpuRmsNorm, BackwardAccumulatesLikeCpu) {
       EXPECT_LT(rel_err(to_host<float>(d_dw, size_t(C)), dw), kF32Tol) << N << "x" << C;
     }
   }
+}
+
+// The residual add fused into the norm (residual_layernorm_forward / residual_rmsnorm_forward)
+// against the two unfused calls: every bit of resid, out, mean and rstd equal (tolerance 0: the
+// fused kernel rounds a + b once, as residual_forward, and then runs the norm's own arithmetic on
+// those values), with resid separate and aliasing a; against the CPU twins through the unfused
+// path's own tests. Outputs poisoned first.
+TEST(GpuResidualNorm, FusedEqualsResidualThenNormBitwise) {
+  ECO_REQUIRE_GPU();
+  for (bool rms : {false, true})
+    for (bool alias : {false, true})
+      for (int N : kNormRows)
+        for (int C : kNormCols) {
+          const size_t n = size_t(N) * C;
+          const auto a = bf16_randn(n, 2.0f, 1.0f), b = bf16_randn(n, 0.5f);
+          const auto w = randn(size_t(C), 0.1f, 1.0f), bias = randn(size_t(C), 0.1f);
+          auto d_a = to_device(a.bits), d_b = to_device(b.bits), d_w = to_device(w),
+               d_bias = to_device(bias);
+          // Unfused reference.
+          auto r_resid = poisoned(n * sizeof(bf16)), r_out = poisoned(n * sizeof(bf16));
+          auto r_mean = poisoned(size_t(N) * sizeof(float)),
+               r_rstd = poisoned(size_t(N) * sizeof(float));
+          ECO_CHECK_CUDA(cuda::residual_forward(r_resid.get<bf16>(), d_a.get<bf16>(),
+                                                d_b.get<bf16>(), int64_t(n)));
+          if (rms)
+            ECO_CHECK_CUDA(cuda::rmsnorm_forward(r_out.get<bf16>(), r_rstd.get<float>(),
+                                                 r_resid.get<bf16>(), d_w.get<float>(), N, C,
+                                                 kEps));
+          else
+            ECO_CHECK_CUDA(cuda::layernorm_forward(r_out.get<bf16>(), r_mean.get<float>(),
+                                                   r_rstd.get<float>(), r_resid.get<bf16>(),
+                                                   d_w.get<float>(), d_bias.get<float>(), N, C,
+                                                   kEps));
+          // Fused, into a separate resid or over a.
+          auto f_resid = poisoned(n * sizeof(bf16)), f_out = poisoned(n * sizeof(bf16));
+          auto f_mean = poisoned(size_t(N) * sizeof(float)),
+               f_rstd = poisoned(size_t(N) * sizeof(float));
+          bf16* resid = alias ? d_a.get<bf16>() : f_resid.get<bf16>();
+          if (rms)
+            ECO_CHECK_CUDA(cuda::residual_rmsnorm_forward(resid, f_out.get<bf16>(),
+                                                          f_rstd.get<float>(), d_a.get<bf16>(),
+                                                          d_b.get<bf16>(), d_w.get<float>(), N, C,
+                                                          kEps));
+          else
+            ECO_CHECK_CUDA(cuda::residual_layernorm_forward(
+                resid, f_out.get<bf16>(), f_mean.get<float>(), f_rstd.get<float>(),
+                d_a.get<bf16>(), d_b.get<bf16>(), d_w.get<float>(), d_bias.get<float>(), N, C,
+                kEps));
+          sync();
+          const auto where = std::string(rms ? "rms " : "ln ") + (alias ? "aliased " : "") +
+                             std::to_string(N) + "x" + std::to_string(C);
+          EXPECT_EQ(to_host<uint16_t>(alias ? d_a : f_resid, n), to_host<uint16_t>(r_resid, n))
+              << where;
+          EXPECT_EQ(to_host<uint16_t>(f_out, n), to_host<uint16_t>(r_out, n)) << where;
+          EXPECT_EQ(to_host<uint32_t>(f_rstd, size_t(N)), to_host<uint32_t>(r_rstd, size_t(N)))
+              << where;
+          if (!rms) {
+            EXPECT_EQ(to_host<uint32_t>(f_mean, size_t(N)), to_host<uint32_t>(r_mean, size_t(N)))
+                << where;
+          }
+        }
+  EXPECT_EQ(cuda::residual_layernorm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                             nullptr, nullptr, 1, 8, kEps),
+            cudaErrorInvalidValue);
 }
 
 // ---- RoPE
