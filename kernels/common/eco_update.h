@@ -2,18 +2,19 @@
 // math, and the fused update of one scale group under the master / naive / ECO policies. Shared
 // by the CPU reference and the CUDA kernels; theta (the unquantized update) never leaves registers.
 //
-// Quantizer interface: any type Q with these const members (qformat.h's formats, the tests' grids).
-//   ECO_HD float   scale_for(float absmax) const;                      // the group's new scale:
-//                                                                      //   absmax / rho, 0 if absmax == 0
-//                                                                      //   (a fixed grid may ignore absmax)
-//   ECO_HD uint8_t encode(float x, float scale, int64_t elem) const;  // RTN or SR; elem = the element's
-//                                                                      //   linear index in the tensor, the
-//                                                                      //   SR stream's counter (Q carries
-//                                                                      //   seed, step and tensor id);
-//                                                                      //   saturates at +-rho; scale 0 -> 0
-//   ECO_HD float   decode(uint8_t code, float scale) const;
-//   ECO_HD uint8_t load(const uint8_t* codes, int64_t i) const;        // packing is Q's business
-//   ECO_HD void    store(uint8_t* codes, int64_t i, uint8_t c) const;  //   (INT4: two codes per byte)
+// Quantizer interface: any type Q with these const members (FormatQuantizer, the tests' grids).
+//   ECO_HD float scale_for(float absmax) const;
+//       the group's new scale: absmax / rho, 0 if absmax == 0 (a fixed grid may ignore absmax)
+//   ECO_HD uint32_t draw(int64_t elem) const;
+//       the SR random bits of element elem (its linear index in the tensor; Q carries seed,
+//       step and tensor id)
+//   ECO_HD Philox4x32 draws(uint64_t group) const;
+//       draw(4 group + k) == draws(group).v[k], in one generator call
+//   ECO_HD uint8_t encode(float x, float scale, uint32_t bits) const;
+//       RTN, or SR deciding by `bits` (element i: draw(i)); saturates at +-rho; scale 0 -> 0
+//   ECO_HD float decode(uint8_t code, float scale) const;
+//   ECO_HD uint8_t load(const uint8_t* codes, int64_t i) const;         // packing is Q's business
+//   ECO_HD void store(uint8_t* codes, int64_t i, uint8_t c) const;      //   (INT4: two per byte)
 //
 // Layout: a quantized tensor is a row-major (rows, cols) matrix (leading dimension ld) whose
 // codes, gradient, moments and master weight are all indexed by the same linear index
@@ -32,6 +33,7 @@
 #include "kernels/common/adamw.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/hd.h"
+#include "kernels/common/philox.h"
 #include "kernels/common/scale_groups.h"
 
 namespace eco {
@@ -47,70 +49,161 @@ struct SgdmCoeffs {
 };
 
 // ---- element math (T = float in the kernels, double in the method tests) --------------------
-
+// Each function takes the step's uniform terms (AdamWTerms / SgdmTerms: 1 - beta1, 1 - lr*wd,
+// the injection's coefficient, ...), or the coefficients, from which it derives them with the
+// same operations: the same bits either way. The rules below derive them once per step; the
+// GPU's per-element loops would otherwise recompute them per element (the compiler does not keep
+// them across the divisions' slow-path calls).
 
 template <class T>
+struct AdamWTerms {
+  T grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, bc1, bc2, eps, lr;
+  T decay;    // 1 - lr*wd
+  T inject;   // (bc1/lr) * ((beta1 - 1)/beta1), if injects
+  bool injects;  // lr != 0 and beta1 != 0 (see adamw_inject)
+  // bc1 == bc2 == 1: beta^t has dropped below 2^-25 for both (from step ~860 at betas 0.9 /
+  // 0.98, ~1700 at 0.99), and m / bc1, v / bc2 are m and v bit for bit (x / 1 is x; only a NaN's
+  // payload could differ, which the GPU's division replaces by its canonical NaN), so the
+  // element math skips the two divisions (the GPU kernels take it as a compile-time constant:
+  // true only where the host checked it, false otherwise, which divides by 1 where it could
+  // skip, with the same bits).
+  bool unbiased;
+};
+
+template <class T>
+ECO_HD AdamWTerms<T> adamw_terms(const AdamWCoeffs& c) {
+  AdamWTerms<T> t{};
+  t.grad_scale = T(c.grad_scale);
+  t.beta1 = T(c.beta1);
+  t.one_minus_beta1 = T(1) - T(c.beta1);
+  t.beta2 = T(c.beta2);
+  t.one_minus_beta2 = T(1) - T(c.beta2);
+  t.bc1 = T(c.bc1);
+  t.bc2 = T(c.bc2);
+  t.eps = T(c.eps);
+  t.lr = T(c.lr);
+  t.decay = T(1) - T(c.lr) * T(c.weight_decay);
+  t.injects = !(c.lr == 0.0f || c.beta1 == 0.0f);
+  t.inject = t.injects ? (T(c.bc1) / T(c.lr)) * ((T(c.beta1) - T(1)) / T(c.beta1)) : T(0);
+  t.unbiased = c.bc1 == 1.0f && c.bc2 == 1.0f;
+  return t;
+}
+
+template <class T>
+ECO_HD void adamw_moments(T grad, T& m, T& v, const AdamWTerms<T>& t) {
+  const T g = grad * t.grad_scale;
+  m = t.beta1 * m + t.one_minus_beta1 * g;
+  v = t.beta2 * v + t.one_minus_beta2 * g * g;
+}
+template <class T>
 ECO_HD void adamw_moments(T grad, T& m, T& v, const AdamWCoeffs& c) {
-  const T g = grad * T(c.grad_scale);
-  m = T(c.beta1) * m + (T(1) - T(c.beta1)) * g;
-  v = T(c.beta2) * v + (T(1) - T(c.beta2)) * g * g;
+  adamw_moments(grad, m, v, adamw_terms<T>(c));
 }
 
 // d = sqrt(v/bc2) + eps: the AdamW step's denominator, shared by theta and the injection.
+// Without the division once both bias corrections are 1 (t.unbiased).
+template <class T>
+ECO_HD T adamw_denom(T v, const AdamWTerms<T>& t) {
+  return eco_sqrt(t.unbiased ? v : v / t.bc2) + t.eps;
+}
 template <class T>
 ECO_HD T adamw_denom(T v, const AdamWCoeffs& c) {
-  return eco_sqrt(v / T(c.bc2)) + T(c.eps);
+  return adamw_denom(v, adamw_terms<T>(c));
 }
 
 // theta = w*(1 - lr*wd) - lr*(m/bc1)/d, with m, v already updated.
 template <class T>
+ECO_HD T adamw_theta(T w, T m, T d, const AdamWTerms<T>& t) {
+  return w * t.decay - t.lr * (t.unbiased ? m : m / t.bc1) / d;
+}
+template <class T>
 ECO_HD T adamw_theta(T w, T m, T d, const AdamWCoeffs& c) {
-  return w * (T(1) - T(c.lr) * T(c.weight_decay)) - T(c.lr) * (m / T(c.bc1)) / d;
+  return adamw_theta(w, m, d, adamw_terms<T>(c));
 }
 
 // ECO: m + (bc1/lr)*(1 - 1/b1)*d*e, e = theta - dequant(W_q'). (1 - 1/b1) is evaluated as
 // (b1 - 1)/b1, which is exact in the subtraction. No injection when lr == 0 (nothing to pay
 // back, and the coefficient is infinite) or b1 == 0 (no momentum to carry it).
 template <class T>
+ECO_HD T adamw_inject(T m, T d, T e, const AdamWTerms<T>& t) {
+  if (!t.injects) return m;
+  return m + t.inject * d * e;
+}
+template <class T>
 ECO_HD T adamw_inject(T m, T d, T e, const AdamWCoeffs& c) {
-  if (c.lr == 0.0f || c.beta1 == 0.0f) return m;
-  return m + (T(c.bc1) / T(c.lr)) * ((T(c.beta1) - T(1)) / T(c.beta1)) * d * e;
+  return adamw_inject(m, d, e, adamw_terms<T>(c));
 }
 
+template <class T>
+struct SgdmTerms {
+  T grad_scale, beta, one_minus_beta, lr;
+  T decay;    // 1 - lr*wd
+  T inject;   // ((beta - 1)/beta)/lr, if injects
+  bool injects;  // lr != 0 and beta != 0 (see sgdm_inject)
+};
+
+template <class T>
+ECO_HD SgdmTerms<T> sgdm_terms(const SgdmCoeffs& c) {
+  SgdmTerms<T> t{};
+  t.grad_scale = T(c.grad_scale);
+  t.beta = T(c.beta);
+  t.one_minus_beta = T(1) - T(c.beta);
+  t.lr = T(c.lr);
+  t.decay = T(1) - T(c.lr) * T(c.weight_decay);
+  t.injects = !(c.lr == 0.0f || c.beta == 0.0f);
+  t.inject = t.injects ? ((T(c.beta) - T(1)) / T(c.beta)) / T(c.lr) : T(0);
+  return t;
+}
+
+template <class T>
+ECO_HD void sgdm_moment(T grad, T& m, const SgdmTerms<T>& t) {
+  const T g = grad * t.grad_scale;
+  m = t.beta * m + t.one_minus_beta * g;
+}
 template <class T>
 ECO_HD void sgdm_moment(T grad, T& m, const SgdmCoeffs& c) {
-  const T g = grad * T(c.grad_scale);
-  m = T(c.beta) * m + (T(1) - T(c.beta)) * g;
+  sgdm_moment(grad, m, sgdm_terms<T>(c));
 }
 
 template <class T>
+ECO_HD T sgdm_theta(T w, T m, const SgdmTerms<T>& t) {
+  return w * t.decay - t.lr * m;
+}
+template <class T>
 ECO_HD T sgdm_theta(T w, T m, const SgdmCoeffs& c) {
-  return w * (T(1) - T(c.lr) * T(c.weight_decay)) - T(c.lr) * m;
+  return sgdm_theta(w, m, sgdm_terms<T>(c));
 }
 
 // ECO: m + (1/lr)*(1 - 1/b)*e; skipped when lr == 0 or beta == 0, as for AdamW.
 template <class T>
+ECO_HD T sgdm_inject(T m, T e, const SgdmTerms<T>& t) {
+  if (!t.injects) return m;
+  return m + t.inject * e;
+}
+template <class T>
 ECO_HD T sgdm_inject(T m, T e, const SgdmCoeffs& c) {
-  if (c.lr == 0.0f || c.beta == 0.0f) return m;
-  return m + ((T(c.beta) - T(1)) / T(c.beta)) / T(c.lr) * e;
+  return sgdm_inject(m, e, sgdm_terms<T>(c));
 }
 
 // The two rules in the shape the group update wants: moments in place, theta from (w, m, v),
-// the injected momentum. SgdmRule ignores v.
+// the injected momentum. SgdmRule ignores v. Each derives its step's terms once, at
+// construction: build a new rule rather than changing c.
 struct AdamWRule {
   AdamWCoeffs c;
+  AdamWTerms<float> t = adamw_terms<float>(c);
   static constexpr bool kHasV = true;
-  ECO_HD void moments(float grad, float& m, float& v) const { adamw_moments(grad, m, v, c); }
-  ECO_HD float theta(float w, float m, float v) const { return adamw_theta(w, m, adamw_denom(v, c), c); }
-  ECO_HD float inject(float m, float v, float e) const { return adamw_inject(m, adamw_denom(v, c), e, c); }
+  ECO_HD void moments(float grad, float& m, float& v) const { adamw_moments(grad, m, v, t); }
+  ECO_HD float theta(float w, float m, float v) const { return adamw_theta(w, m, adamw_denom(v, t), t); }
+  ECO_HD float inject(float m, float v, float e) const { return adamw_inject(m, adamw_denom(v, t), e, t); }
 };
 
 struct SgdmRule {
   SgdmCoeffs c;
+  SgdmTerms<float> t = sgdm_terms<float>(c);
   static constexpr bool kHasV = false;
-  ECO_HD void moments(float grad, float& m, float&) const { sgdm_moment(grad, m, c); }
-  ECO_HD float theta(float w, float m, float) const { return sgdm_theta(w, m, c); }
-  ECO_HD float inject(float m, float, float e) const { return sgdm_inject(m, e, c); }
+  ECO_HD void moments(float grad, float& m, float&) const { sgdm_moment(grad, m, t); }
+  ECO_HD float theta(float w, float m, float) const { return sgdm_theta(w, m, t); }
+  ECO_HD float inject(float m, float, float e) const { return sgdm_inject(m, e, t); }
 };
 
 // ---- storage types: fp32, or bf16 as raw uint16_t bits (round-to-nearest-even) ---------------
@@ -145,7 +238,9 @@ struct QuantizedUpdateBuffers {
 //   pass 1: update m (and v), store them (rounded to S), compute theta from the *stored* values
 //           and the old weight, track absmax |theta|;      new scale = Q::scale_for(absmax);
 //   pass 2: recompute theta from the stored moments and the old weight, quantize with the new
-//           scale, write the code, and (Eco) inject e = theta - dequant(code) into m.
+//           scale and the element's SR bits (bits = q.draw(i), which the loops take from
+//           q.draws once per 4 elements), write the code, and (Eco) inject
+//           e = theta - dequant(code) into m.
 // Invariants:
 //   - theta is a pure function of (old code, old scale, stored m, stored v, the step's
 //     coefficients), all unchanged between the passes, so pass 2's theta is bit-identical to
@@ -185,16 +280,16 @@ ECO_HD float quantized_update_pass1(const Rule& rule, const Q& q, UpdatePolicy p
 template <class Rule, class Q, class S, class G>
 ECO_HD void quantized_update_pass2(const Rule& rule, const Q& q, UpdatePolicy policy,
                                    const QuantizedUpdateBuffers<S, G>& b, int64_t i, float old_scale,
-                                   float new_scale) {
+                                   float new_scale, uint32_t bits) {
   if (policy == UpdatePolicy::Master) {
-    q.store(b.codes, i, q.encode(b.master[i], new_scale, i));
+    q.store(b.codes, i, q.encode(b.master[i], new_scale, bits));
     return;
   }
   const float m = to_f32(b.m[i]);
   float v = 0.0f;
   if constexpr (Rule::kHasV) v = to_f32(b.v[i]);
   const float theta = rule.theta(q.decode(q.load(b.codes, i), old_scale), m, v);
-  const uint8_t code = q.encode(theta, new_scale, i);
+  const uint8_t code = q.encode(theta, new_scale, bits);
   q.store(b.codes, i, code);
   if (policy == UpdatePolicy::Eco) {
     const float e = theta - q.decode(code, new_scale);
@@ -229,13 +324,13 @@ ECO_HD float quantized_update_theta(const Rule& rule, float grad, float w, S& m,
   return rule.theta(w, mf, vf);
 }
 
-// Pass 2 of one element (linear index elem, the SR draw's counter): returns theta's code on the
-// new grid; under Eco, m (pass 1's stored value) becomes the injected moment. v: pass 1's stored
-// value (ignored by rules without one).
+// Pass 2 of one element (bits: its SR draw, q.draw(elem) for linear index elem): returns theta's
+// code on the new grid; under Eco, m (pass 1's stored value) becomes the injected moment. v:
+// pass 1's stored value (ignored by rules without one).
 template <class Rule, class Q, class S>
 ECO_HD uint8_t quantized_update_code(const Rule& rule, const Q& q, UpdatePolicy policy, float theta,
-                                     S& m, S v, float new_scale, int64_t elem) {
-  const uint8_t code = q.encode(theta, new_scale, elem);
+                                     S& m, S v, float new_scale, uint32_t bits) {
+  const uint8_t code = q.encode(theta, new_scale, bits);
   if (policy == UpdatePolicy::Eco) {
     float vf = 0.0f;
     if constexpr (Rule::kHasV) vf = to_f32(v);
@@ -256,9 +351,12 @@ ECO_HD void quantized_update_group(const Rule& rule, const Q& q, UpdatePolicy po
     for (int64_t c = 0; c < span.cols; ++c)
       absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, span.index(r, c), old_scale)));
   const float new_scale = q.scale_for(absmax);
+  GroupDrawCursor<Q> draw{q};  // the span's elements in increasing order
   for (int64_t r = 0; r < span.rows; ++r)
-    for (int64_t c = 0; c < span.cols; ++c)
-      quantized_update_pass2(rule, q, policy, b, span.index(r, c), old_scale, new_scale);
+    for (int64_t c = 0; c < span.cols; ++c) {
+      const int64_t i = span.index(r, c);
+      quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i)));
+    }
   *scale = new_scale;
 }
 

@@ -6,7 +6,9 @@
 // every code and millions of floats in tests/unit/test_qformat.cpp): round to nearest even
 // (subnormals included), anything beyond the largest finite value (and +-inf) saturates to +-max,
 // any NaN becomes 0x7F, and the sign of zero (and of underflow to zero) is kept.
-// The encoders are integer bit manipulation on the fp32 bits: no table, no FP environment.
+// The codecs are a few integer and fp32 operations on the fp32 bits, without a table (the GPU's
+// hot loops run them per element); they assume IEEE fp32 with subnormals (no flush-to-zero) and
+// round-to-nearest, as all of the shared math does.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -61,35 +63,64 @@ ECO_HD Unpacked unpack_abs(uint32_t abs_bits) {
   return e ? Unpacked{m | 0x800000u, int(e) - 127} : Unpacked{m, -126};
 }
 
-// FP8 with `mbits` mantissa bits and exponent bias `bias`; max_code is the largest finite
-// magnitude code. Subnormals have exponent 1 - bias and step 2^(1 - bias - mbits).
-ECO_HD uint8_t fp8_encode(float y, int mbits, int bias, uint32_t max_code, bool sr,
-                          uint32_t bits) {
+// FP8 with kMbits mantissa bits and exponent bias kBias; kMaxCode is the largest finite
+// magnitude code. Subnormals have exponent 1 - kBias and step 2^(1 - kBias - kMbits). No 64-bit
+// arithmetic, and two short paths that the GPU compiler predicates rather than branches: this
+// runs once per element in the fused update, which is bound by its instruction count.
+//   Normal results, |y| >= 2^(1 - kBias): the fp32 bits a of |y| read as a >> (23 - kMbits) are
+//     (fp32 exponent, top kMbits mantissa bits), which minus (127 - kBias) << kMbits is the code
+//     truncated toward zero; the 23 - kMbits bits below decide the rounding: RTN adds
+//     2^(22 - kMbits) - 1 plus the kept lsb before the shift (round half to even), SR adds 1 when
+//     bits < those bits as a 32-bit fraction (a << (9 + kMbits)). A carry out of the mantissa
+//     moves into the exponent, and codes past kMaxCode (+-inf included) saturate.
+//   Subnormal results: t = |y| * 2^(kBias - 1 + kMbits) is |y| in subnormal steps, exactly (a
+//     power-of-two scaling upward; fp32 subnormal y included, IEEE subnormals assumed, i.e. no
+//     flush-to-zero, as everywhere in the shared math), below 2^kMbits; the code is rint(t)
+//     (RTN; rint(t) = 2^kMbits is the smallest normal) or floor(t) + (bits < frac(t) * 2^32)
+//     (SR; frac(t) is exact and frac(t) * 2^32 < 2^32 an integer or floored, as the 32-bit
+//     threshold of a fraction with more than 32 bits must be).
+// Equal, bit for bit, to the reference in tests/unit/test_fp8_codec.cpp (the previous
+// implementation: an explicit significand shifted by a variable amount, 64-bit for SR).
+template <int kMbits, int kBias, uint32_t kMaxCode, bool kSr>
+ECO_HD uint8_t fp8_encode(float y, uint32_t bits) {
+  constexpr int kDrop = 23 - kMbits;                                // fp32 mantissa bits cut
+  constexpr uint32_t kOffset = uint32_t(127 - kBias) << kMbits;     // fp32 -> FP8 exponent
+  constexpr uint32_t kMinNormal = uint32_t(127 + 1 - kBias) << 23;  // fp32 bits of 2^(1 - kBias)
+  constexpr float kSubSteps = float(1u << (kBias - 1 + kMbits));    // 1 / subnormal step
   const uint32_t u = f32_bits(y), a = u & 0x7FFFFFFFu;
   const uint32_t sign = (u >> 24) & 0x80u;
-  if (a > 0x7F800000u) return 0x7F;                      // NaN (sign dropped, like cuda_fp8.h)
-  if (a == 0x7F800000u) return uint8_t(sign | max_code);  // +-inf saturates
-  const Unpacked p = unpack_abs(a);
-  const int emin = 1 - bias;
-  const bool subnormal = p.exp < emin;
-  const int shift = 23 - mbits + (subnormal ? emin - p.exp : 0);
-  const uint32_t q = sr ? shift_round_sr(p.sig, shift, bits) : shift_round_rne(p.sig, shift);
-  // Normal: q in [2^mbits, 2^(mbits+1)] includes the implicit bit, so adding it onto the
-  // exponent field minus one carries into the exponent when rounding overflows the mantissa.
-  // Subnormal: q is the code (q = 2^mbits is the smallest normal).
-  uint32_t code = subnormal ? q : (uint32_t(p.exp + bias - 1) << mbits) + q;
-  if (code > max_code) code = max_code;  // satfinite
-  return uint8_t(sign | code);
+  uint32_t code;
+  if constexpr (kSr) {
+    uint32_t truncated, threshold;  // round up iff bits < threshold
+    if (a >= kMinNormal) {
+      truncated = (a >> kDrop) - kOffset;
+      threshold = a << (32 - kDrop);
+    } else {
+      const float t = f32_from_bits(a) * kSubSteps, whole = floorf(t);
+      truncated = uint32_t(whole);
+      threshold = uint32_t((t - whole) * 0x1.0p32f);
+    }
+    code = truncated + (bits < threshold ? 1u : 0u);
+  } else {
+    if (a >= kMinNormal) {
+      code = ((a + (1u << (kDrop - 1)) - 1u + ((a >> kDrop) & 1u)) >> kDrop) - kOffset;
+    } else {
+      code = uint32_t(rintf(f32_from_bits(a) * kSubSteps));
+    }
+  }
+  code = code < kMaxCode ? code : kMaxCode;  // satfinite
+  return a > 0x7F800000u ? uint8_t(0x7F) : uint8_t(sign | code);  // NaN: 0x7F, sign dropped
 }
 
-ECO_HD float fp8_decode(uint8_t code, int mbits, int bias) {
-  const uint32_t sign = uint32_t(code & 0x80u) << 24;
-  const uint32_t e = (code & 0x7Fu) >> mbits, m = code & ((1u << mbits) - 1u);
-  if (e == 0) {  // subnormal: m * 2^(1 - bias - mbits), exact in fp32
-    const float mag = float(m) * f32_from_bits(uint32_t(127 + 1 - bias - mbits) << 23);
-    return sign ? -mag : mag;
-  }
-  return f32_from_bits(sign | (uint32_t(int(e) - bias + 127) << 23) | (m << (23 - mbits)));
+// Code -> value (finite codes): the magnitude's bits placed under fp32's exponent field and
+// rescaled by 2^(127 - kBias), exact for normal and subnormal codes alike (a subnormal code
+// becomes an fp32 subnormal, which the multiply scales up exactly: IEEE subnormals assumed).
+template <int kMbits, int kBias>
+ECO_HD float fp8_decode(uint8_t code) {
+  static_assert(127 - kBias >= 64 && 127 - kBias < 128, "2^(127 - kBias) built from two factors");
+  constexpr float kRescale = float(uint64_t(1) << (127 - kBias - 64)) * 0x1.0p64f;  // 2^(127-kBias)
+  return f32_from_bits(uint32_t(code & 0x80u) << 24 | uint32_t(code & 0x7Fu) << (23 - kMbits)) *
+         kRescale;
 }
 
 // Symmetric integer grid [-qmax, qmax]; NaN -> 0. Returns the two's complement value as a byte.
@@ -110,29 +141,29 @@ ECO_HD uint8_t int_encode(float y, int qmax, bool sr, uint32_t bits) {
 }  // namespace qcodec
 
 // ---- FP8 E4M3: bias 7, 3 mantissa bits, max 448 (0x7E), NaN 0x7F/0xFF, no infinities --------
-ECO_HD uint8_t fp8_e4m3_encode_rtn(float y) { return qcodec::fp8_encode(y, 3, 7, 0x7E, false, 0); }
+ECO_HD uint8_t fp8_e4m3_encode_rtn(float y) { return qcodec::fp8_encode<3, 7, 0x7E, false>(y, 0); }
 ECO_HD uint8_t fp8_e4m3_encode_sr(float y, uint32_t bits) {
-  return qcodec::fp8_encode(y, 3, 7, 0x7E, true, bits);
+  return qcodec::fp8_encode<3, 7, 0x7E, true>(y, bits);
 }
 ECO_HD float fp8_e4m3_decode(uint8_t code) {
-  if ((code & 0x7Fu) == 0x7Fu)
-    return qcodec::f32_from_bits(0x7FC00000u | uint32_t(code & 0x80u) << 24);  // NaN
-  return qcodec::fp8_decode(code, 3, 7);
+  const float v = qcodec::fp8_decode<3, 7>(code);
+  return (code & 0x7Fu) == 0x7Fu ? qcodec::f32_from_bits(0x7FC00000u | uint32_t(code & 0x80u) << 24)
+                                 : v;  // NaN
 }
 
 // ---- FP8 E5M2: bias 15, 2 mantissa bits, max 57344 (0x7B), inf 0x7C, NaN 0x7D..0x7F ---------
-ECO_HD uint8_t fp8_e5m2_encode_rtn(float y) { return qcodec::fp8_encode(y, 2, 15, 0x7B, false, 0); }
+ECO_HD uint8_t fp8_e5m2_encode_rtn(float y) { return qcodec::fp8_encode<2, 15, 0x7B, false>(y, 0); }
 ECO_HD uint8_t fp8_e5m2_encode_sr(float y, uint32_t bits) {
-  return qcodec::fp8_encode(y, 2, 15, 0x7B, true, bits);
+  return qcodec::fp8_encode<2, 15, 0x7B, true>(y, bits);
 }
 ECO_HD float fp8_e5m2_decode(uint8_t code) {
-  // Exponent field 31 (codes 0x7C..0x7F) is inf (mantissa 0) or NaN; fp8_decode maps it to fp32
-  // exponent 143, so handle it here.
+  // Exponent field 31 (codes 0x7C..0x7F) is inf (mantissa 0) or NaN; fp8_decode would map it to
+  // a finite fp32 value, so handle it here.
   if ((code & 0x7Cu) == 0x7Cu) {
     const uint32_t sign = uint32_t(code & 0x80u) << 24;
     return qcodec::f32_from_bits(sign | ((code & 0x03u) ? 0x7FC00000u : 0x7F800000u));
   }
-  return qcodec::fp8_decode(code, 2, 15);
+  return qcodec::fp8_decode<2, 15>(code);
 }
 
 // ---- the format table ------------------------------------------------------------------------
@@ -216,11 +247,12 @@ ECO_HD void store_code(QFormat f, uint8_t* codes, int64_t i, uint8_t code) {
 // for normal scales): every |x| / scale is then <= rho or saturates onto rho, and the absmax
 // element encodes to exactly +-rho under RTN and SR. 0 when absmax == 0.
 ECO_HD float group_scale(QFormat f, float absmax) {
+  using qcodec::f32_bits, qcodec::f32_from_bits;
   if (absmax == 0.0f) return 0.0f;
   const float rho = qformat_max(f);
   float s = absmax / rho;
-  if (absmax / s < rho) {
-    const float lower = nextafterf(s, 0.0f);
+  if (absmax / s < rho) {  // only for 0 < s < inf
+    const float lower = f32_from_bits(f32_bits(s) - 1u);  // nextafterf(s, 0), without a call
     if (lower > 0.0f) s = lower;
   }
   return s;

@@ -13,17 +13,20 @@
 //   3. the team's max (warp shuffles, one barrier, fmaxf: exact and order-free); every thread
 //      derives the new scale;
 //   4. pass 2 on the registers (quantized_update_code): codes stored, and m under Eco; lane 0
-//      writes the row's scale, which every lane read before the barrier.
+//      writes the row's scale, which every lane read before the barrier. A quad's 4 SR draws
+//      are one Philox call (kernels/common/philox.h: element e takes word e & 3 of group e >> 2;
+//      rows of cols % 4 != 0 cut groups, and their quads draw each group they touch).
 // Bytes moved: exactly the minimum (fp32 AdamW + E4M3: 13 read + 9 written per element). Short
 // rows share a block (one team per threadIdx.y); a block with fewer rows left than teams keeps
 // its idle teams in the barrier. It runs at the rate of its instructions, not of its bytes: see
-// tools/update_bench.cu.
+// tools/update_bench.cu, and scripts/sass_count.sh for its instruction count per element.
 //
 // The two-pass kernel (Block128 tiles, rows wider than 8192; forced with GroupKernel::TwoPass):
 // one block per group; pass 1 stores m, v, pass 2 re-reads codes, m and v and recomputes theta
-// (bit-identical). PerTensor (INT4 fine-tuning, or any format): one block cannot stream a whole
-// tensor, so pass 1 runs over fixed chunks writing per-chunk absmax to scratch, one block reduces
-// them (old scale -> scratch[0], new scale -> scales[0]), then pass 2 over the same chunks.
+// (bit-identical); each thread takes units of 4 consecutive elements of a row. PerTensor (INT4
+// fine-tuning, or any format): one block cannot stream a whole tensor, so pass 1 runs over fixed
+// chunks of units of 4 elements writing per-chunk absmax to scratch, one block reduces them (old
+// scale -> scratch[0], new scale -> scales[0]), then pass 2 over the same chunks.
 //
 // INT4 packs two codes per byte and store_code is a read-modify-write of the byte: every kernel
 // gives each thread whole bytes (the register kernel: cols is even for INT4 rows, so every quad
@@ -31,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/eco_update.h"
 #include "kernels/common/format_quantizer.h"
@@ -42,7 +46,7 @@ namespace {
 constexpr int kGroupThreads = 512;   // two-pass group kernel: blockDim.x a multiple of 32, <= 512
 constexpr int kRowBlockThreads = 256;  // register kernel: rows share a block up to this many threads
 constexpr int kTensorThreads = 256;  // per-tensor kernels
-constexpr int64_t kTensorUnitsPerBlock = kTensorThreads * 16;
+constexpr int64_t kTensorUnitsPerBlock = kTensorThreads * 4;  // units of 4 elements: 16 per thread
 constexpr int kElementwiseThreads = 256;
 
 // Max over the block (blockDim.x a multiple of 32); every thread gets the result. fmaxf ignores
@@ -58,17 +62,20 @@ __device__ float block_max(float v) {
   return v;
 }
 
-// Max of v >= 0 over this thread's team: the blockDim.x threads (whole warps) that share its
-// threadIdx.y. Every thread of the block must call it (one barrier); every thread gets its
-// team's max. One call per kernel.
+// Max of v >= 0 over this thread's team: the blockDim.x threads (whole warps, at most 16) that
+// share its threadIdx.y. Every thread of the block must call it (one barrier); every thread gets
+// its team's max. One call per kernel. After the barrier each half-warp holds the team's warp
+// maxima (lane l: warp l % 16's, 0 past the team's warps) and reduces them in 4 shuffles.
 __device__ float team_max(float v) {
+  static_assert(kRegisterTeamThreads <= 16 * 32, "a team's warp maxima fit a half-warp");
   __shared__ float warp_max[32];
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
   const int warps = int(blockDim.x) >> 5, first = int(threadIdx.y) * warps;
-  if ((threadIdx.x & 31) == 0) warp_max[first + int(threadIdx.x >> 5)] = v;
+  const int lane = int(threadIdx.x & 31);
+  if (lane == 0) warp_max[first + int(threadIdx.x >> 5)] = v;
   __syncthreads();
-  float m = 0.0f;
-  for (int w = 0; w < warps; ++w) m = fmaxf(m, warp_max[first + w]);
+  float m = (lane & 15) < warps ? warp_max[first + (lane & 15)] : 0.0f;
+  for (int o = 8; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
   return m;
 }
 
@@ -156,20 +163,20 @@ __device__ void store_values(T* p, int64_t i0, int count, const T* x) {
   }
 }
 
-// A thread's quads in its row (span: one row, or no elements for a team past the last row):
-// quad j is the row's quad lane + j * team_threads, of quads = ceil(span.cols / 4), the last one
-// ragged when cols % 4 != 0.
+// A thread's quads in its row (or no elements for a team past the last row): quad j is the
+// row's quad lane + j * team_threads of ceil(cols / 4), the last one ragged when cols % 4 != 0.
+// Column math in 32 bits (cols < 2^31, checked by the host), one 64-bit add per quad.
 struct QuadMap {
-  GroupSpan span;
-  int quads, lane, team_threads;
+  int64_t row_start;  // the row's first element: row * cols
+  int cols;           // the row's length, 0 for a team past the last row
+  int lane, team_threads;
 
   // Quad j's first element (*i0) and its number of elements (0 past the row's end).
   __device__ int locate(int j, int64_t* i0) const {
-    const int qi = lane + j * team_threads;
-    const int c = 4 * qi;
-    *i0 = span.index(0, c);
-    const int64_t left = span.cols - c;
-    return qi < quads ? (left < 4 ? int(left) : 4) : 0;
+    const int c = 4 * (lane + j * team_threads);
+    *i0 = row_start + c;
+    const int left = cols - c;
+    return left <= 0 ? 0 : left < 4 ? left : 4;
   }
 };
 
@@ -185,27 +192,38 @@ struct QuadMap {
 constexpr int kAny = -1;
 
 // Whether the rule's Eco injection runs this step (eco_update.h skips it when lr == 0 or
-// beta == 0, testing exactly these conditions). The Eco-specialized kernels run only where it
+// beta == 0: the rule's t.injects). The Eco-specialized kernels run only where it
 // does (the host checks): each states it once up front, so that the compiler drops the
-// per-element test and computes the injection's coefficient once per thread, not per element.
-__host__ __device__ bool injection_skipped(const AdamWRule& r) {
-  return r.c.lr == 0.0f || r.c.beta1 == 0.0f;
+// per-element test.
+__host__ __device__ bool injection_skipped(const AdamWRule& r) { return !r.t.injects; }
+__host__ __device__ bool injection_skipped(const SgdmRule& r) { return !r.t.injects; }
+
+// AdamW's bias corrections made a compile-time constant (AdamWTerms::unbiased: bc1 == bc2 == 1
+// skips two divisions per element): true only in the kernels the host launches after checking
+// it; false everywhere else, which divides by bc1 and bc2 even when they are 1, with the same
+// bits, so that no kernel carries both paths for every element.
+template <bool kUnbiased>
+__device__ void fix_unbiased(AdamWRule& r) {
+  r.t.unbiased = kUnbiased;
 }
-__host__ __device__ bool injection_skipped(const SgdmRule& r) {
-  return r.c.lr == 0.0f || r.c.beta == 0.0f;
-}
+template <bool kUnbiased>
+__device__ void fix_unbiased(SgdmRule&) {}
+bool unbiased(const AdamWRule& r) { return r.t.unbiased; }
+bool unbiased(const SgdmRule&) { return false; }
 
 // grid (ceil(rows / teams)), block (team_threads, teams): team threadIdx.y of block x updates
 // row x * teams + threadIdx.y (PerRow scales), lane threadIdx.x owning kQuads quads (QuadMap).
 // team_threads: a multiple of 32, at most kRegisterTeamThreads, team_threads * kQuads >= the
 // row's quads; kVec: cols % 4 == 0 and every buffer aligned for its quad access; kFormat,
-// kRounding, kPolicy: kAny or the value the arguments hold.
-template <class Rule, class S, int kQuads, bool kVec, int kFormat, int kRounding, int kPolicy>
+// kRounding, kPolicy: kAny or the value the arguments hold; kUnbiased: see fix_unbiased.
+template <class Rule, class S, int kQuads, bool kVec, int kFormat, int kRounding, int kPolicy,
+          bool kUnbiased>
 __global__ void __launch_bounds__(kRegisterTeamThreads)
     quantized_update_registers_kernel(Rule rule, FormatQuantizer q_arg, UpdatePolicy policy_arg,
                                       QuantizedUpdateBuffers<S, float> b, float* scales,
                                       int64_t rows, int64_t cols) {
   constexpr int kElems = 4 * kQuads;
+  fix_unbiased<kUnbiased>(rule);
   FormatQuantizer q = q_arg;
   if constexpr (kFormat != kAny) q.format = QFormat(kFormat);
   if constexpr (kRounding != kAny) q.rounding = Rounding(kRounding);
@@ -219,11 +237,8 @@ __global__ void __launch_bounds__(kRegisterTeamThreads)
 
   const int64_t k = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;  // the row
   const bool active = k < rows;
-  QuadMap map;
-  map.span = active ? GroupSpan{k, 0, 1, cols, cols} : GroupSpan{0, 0, 1, 0, cols};
-  map.quads = int((map.span.cols + 3) / 4);
-  map.lane = int(threadIdx.x);
-  map.team_threads = int(blockDim.x);
+  const QuadMap map{active ? k * cols : 0, active ? int(cols) : 0, int(threadIdx.x),
+                    int(blockDim.x)};
   const bool int4 = q.format == QFormat::INT4, master = policy == UpdatePolicy::Master;
   const float old_scale = active ? scales[k] : 0.0f;  // read before team_max's barrier
 
@@ -274,7 +289,9 @@ __global__ void __launch_bounds__(kRegisterTeamThreads)
 
   // 4. Pass 2: the codes (and the injected m under Eco). Branching once on the team-uniform
   //    new_scale == 0 (an all-zero group) lets the compiler drop quantize_value's per-element
-  //    test of it, as for the injection above.
+  //    test of it, as for the injection above. SR draws: a kVec quad starts at a multiple of 4
+  //    (cols % 4 == 0), so it is exactly one Philox group (one call); a ragged quad may
+  //    straddle two groups (rows of cols % 4 != 0), and the cursor draws each it touches.
   auto pass2 = [&](float scale) {
 #pragma unroll
     for (int j = 0; j < kQuads; ++j) {
@@ -282,12 +299,16 @@ __global__ void __launch_bounds__(kRegisterTeamThreads)
       const int count = map.locate(j, &i0);
       S* mq = m + 4 * j;  // pass 1's stored moments of the quad
       const S* vq = v + 4 * j;
+      Philox4x32 quad_draws{};
+      GroupDrawCursor<FormatQuantizer> draw{q};
+      if constexpr (kVec) quad_draws = q.draws(uint64_t(i0) >> 2);
       uint32_t word = 0;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (skip(count, e)) continue;
+        const uint32_t bits = kVec ? quad_draws.v[e] : draw(uint64_t(i0 + e));
         const uint8_t code =
-            quantized_update_code(rule, q, policy, theta[4 * j + e], mq[e], vq[e], scale, i0 + e);
+            quantized_update_code(rule, q, policy, theta[4 * j + e], mq[e], vq[e], scale, bits);
         word |= uint32_t(code) << (int4 ? 4 * e : 8 * e);
       }
       if (count == 0) continue;
@@ -302,21 +323,19 @@ __global__ void __launch_bounds__(kRegisterTeamThreads)
 
 // ---- the two-pass kernels ------------------------------------------------------------------
 
-// Elements per code byte.
-__device__ int codes_per_byte(const FormatQuantizer& q) {
-  return q.format == QFormat::INT4 ? 2 : 1;
-}
-
-// Calls f(i) for this thread's elements of the group `span`, in a fixed order. A unit is the
-// `per` elements that share a code byte (cols even for INT4, so units never straddle groups).
+// Calls f(i) for this thread's elements of the group `span`, in a fixed order: units of 4
+// consecutive columns of a row (the last one of a row may be shorter), unit u to thread
+// u % blockDim.x, each unit's elements in increasing order. Whole units keep the packed INT4
+// bytes (cols even, so units start at even elements) and, where rows start at multiples of 4,
+// the SR draw groups with one thread.
 template <bool kRowGroups, class F>
-__device__ void for_each_group_element(const GroupSpan& span, int per, F&& f) {
-  const int units_per_row = int((span.cols + per - 1) / per);
+__device__ void for_each_group_element(const GroupSpan& span, F&& f) {
+  const int units_per_row = int((span.cols + 3) / 4);
   const int units = int(span.rows) * units_per_row;
   for (int u = threadIdx.x; u < units; u += blockDim.x) {
     const int r = kRowGroups ? 0 : u / units_per_row;
-    const int c0 = (u - r * units_per_row) * per;
-    for (int e = 0; e < per && c0 + e < span.cols; ++e) f(span.index(r, c0 + e));
+    const int c0 = (u - r * units_per_row) * 4;
+    for (int e = 0; e < 4 && c0 + e < span.cols; ++e) f(span.index(r, c0 + e));
   }
 }
 
@@ -328,32 +347,34 @@ __global__ void __launch_bounds__(kGroupThreads, 2)
     quantized_update_groups_kernel(Rule rule, FormatQuantizer q, UpdatePolicy policy,
                                    QuantizedUpdateBuffers<S, float> b, float* scales, int64_t rows,
                                    int64_t cols) {
+  fix_unbiased<false>(rule);
   const int64_t k = blockIdx.x;
   const GroupSpan span =
       scale_group_span(kRowGroups ? Granularity::PerRow : Granularity::Block128, rows, cols, k);
-  const int per = codes_per_byte(q);
   const float old_scale = scales[k];  // every thread, before block_max's barrier
 
   float absmax = 0.0f;
-  for_each_group_element<kRowGroups>(span, per, [&](int64_t i) {
+  for_each_group_element<kRowGroups>(span, [&](int64_t i) {
     absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
   });
   const float new_scale = q.scale_for(block_max(absmax));
-  for_each_group_element<kRowGroups>(span, per, [&](int64_t i) {
-    quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale);
+  GroupDrawCursor<FormatQuantizer> draw{q};
+  for_each_group_element<kRowGroups>(span, [&](int64_t i) {
+    quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i)));
   });
   if (threadIdx.x == 0) scales[k] = new_scale;  // no thread reads scales[k] after the barrier
 }
 
 // Per-tensor group, chunk blockIdx.x: units [blockIdx.x * kTensorUnitsPerBlock,
-// +kTensorUnitsPerBlock).
+// +kTensorUnitsPerBlock) of 4 consecutive elements (unit u: elements 4u .. 4u + 3, the SR draw
+// group u; whole INT4 bytes), each unit's elements in increasing order.
 template <class F>
-__device__ void for_each_chunk_element(int64_t n, int per, F&& f) {
-  const int64_t units = (n + per - 1) / per;
+__device__ void for_each_chunk_element(int64_t n, F&& f) {
+  const int64_t units = (n + 3) / 4;
   const int64_t u0 = int64_t(blockIdx.x) * kTensorUnitsPerBlock;
   const int64_t u1 = u0 + kTensorUnitsPerBlock < units ? u0 + kTensorUnitsPerBlock : units;
   for (int64_t u = u0 + threadIdx.x; u < u1; u += kTensorThreads)
-    for (int e = 0; e < per && u * per + e < n; ++e) f(u * per + e);
+    for (int e = 0; e < 4 && 4 * u + e < n; ++e) f(4 * u + e);
 }
 
 // Per-tensor pass 1: grid (chunks), block (kTensorThreads). chunk_max (chunks) <- absmax |theta|.
@@ -362,9 +383,10 @@ __global__ void __launch_bounds__(kTensorThreads)
     tensor_update_pass1_kernel(Rule rule, FormatQuantizer q, UpdatePolicy policy,
                                QuantizedUpdateBuffers<S, float> b, const float* scales,
                                float* chunk_max, int64_t n) {
+  fix_unbiased<false>(rule);
   const float old_scale = scales[0];
   float absmax = 0.0f;
-  for_each_chunk_element(n, codes_per_byte(q), [&](int64_t i) {
+  for_each_chunk_element(n, [&](int64_t i) {
     absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
   });
   absmax = block_max(absmax);
@@ -391,22 +413,24 @@ __global__ void __launch_bounds__(kTensorThreads)
     tensor_update_pass2_kernel(Rule rule, FormatQuantizer q, UpdatePolicy policy,
                                QuantizedUpdateBuffers<S, float> b, const float* scales,
                                const float* scratch, int64_t n) {
+  fix_unbiased<false>(rule);
   const float old_scale = scratch[0], new_scale = scales[0];
-  for_each_chunk_element(n, codes_per_byte(q), [&](int64_t i) {
-    quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale);
+  GroupDrawCursor<FormatQuantizer> draw{q};
+  for_each_chunk_element(n, [&](int64_t i) {
+    quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i)));
   });
 }
 
-int64_t tensor_chunks(int64_t n, QFormat f) {
-  const int64_t units = f == QFormat::INT4 ? (n + 1) / 2 : n;
+int64_t tensor_chunks(int64_t n) {
+  const int64_t units = (n + 3) / 4;
   return (units + kTensorUnitsPerBlock - 1) / kTensorUnitsPerBlock;
 }
 
-// About 16 units per thread, 2..16 warps: an 8192-wide row gets 512 threads and two rows are in
-// flight per SM (~47 MB over 132 SMs at 178 KB a row), so pass 2's re-reads of m, v and the codes
-// should still find them in L2.
-int group_threads(int64_t units) {
-  const int64_t warps = (units + 16 * 32 - 1) / (16 * 32);
+// About 16 elements per thread, 2..16 warps: an 8192-wide row gets 512 threads and two rows are
+// in flight per SM (~47 MB over 132 SMs at 178 KB a row), so pass 2's re-reads of m, v and the
+// codes should still find them in L2.
+int group_threads(int64_t elements) {
+  const int64_t warps = (elements + 16 * 32 - 1) / (16 * 32);
   return int(warps < 2 ? 2 : warps > kGroupThreads / 32 ? kGroupThreads / 32 : warps) * 32;
 }
 
@@ -479,16 +503,26 @@ void launch_registers(const Rule& rule, const FormatQuantizer& q, UpdatePolicy p
   constexpr int kEco = int(UpdatePolicy::Eco);
   const bool eco = policy == UpdatePolicy::Eco && !injection_skipped(rule);
   const bool sr = q.rounding == Rounding::SR;
+  // The Eco E4M3 kernels also come without AdamW's bias-correction divisions, for the steps
+  // where they are 1 (most of a run: AdamWTerms::unbiased).
+  constexpr bool kAdamW = std::is_same_v<Rule, AdamWRule>;
+  const bool skip_bc = kAdamW && unbiased(rule);
   if (!quad_aligned(b, policy, q.format, cols, Rule::kHasV)) {
-    run(quantized_update_registers_kernel<Rule, S, kQuads, false, kAny, kAny, kAny>);
+    run(quantized_update_registers_kernel<Rule, S, kQuads, false, kAny, kAny, kAny, false>);
   } else if (q.format != QFormat::E4M3) {
-    run(quantized_update_registers_kernel<Rule, S, kQuads, true, kAny, kAny, kAny>);
-  } else if (sr) {
-    if (eco) run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kSr, kEco>);
-    else run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kSr, kAny>);
+    run(quantized_update_registers_kernel<Rule, S, kQuads, true, kAny, kAny, kAny, false>);
   } else {
-    if (eco) run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kRtn, kEco>);
-    else run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kRtn, kAny>);
+    auto e4m3 = [&](auto rounding) {
+      constexpr int kR = decltype(rounding)::value;
+      if (eco && skip_bc)
+        run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kR, kEco, kAdamW>);
+      else if (eco)
+        run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kR, kEco, false>);
+      else
+        run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kR, kAny, false>);
+    };
+    if (sr) e4m3(std::integral_constant<int, kSr>{});
+    else e4m3(std::integral_constant<int, kRtn>{});
   }
 }
 
@@ -512,16 +546,17 @@ cudaError_t launch_quantized_update(const Rule& rule, const FormatQuantizer& q, 
     const RegisterLaunch l =
         kernel == GroupKernel::TwoPass ? RegisterLaunch{} : register_launch(kernel, granularity, cols);
     if (l.quads == 0) {
-      const int64_t units = granularity == Granularity::PerRow
-                                ? cols / per
-                                : (rows < kScaleBlock ? rows : kScaleBlock) *
-                                      ((cols < kScaleBlock ? cols : kScaleBlock) / per);
+      const int64_t elements = granularity == Granularity::PerRow
+                                   ? cols
+                                   : (rows < kScaleBlock ? rows : kScaleBlock) *
+                                         (cols < kScaleBlock ? cols : kScaleBlock);
+      const int threads = group_threads(elements);
       if (granularity == Granularity::PerRow)
         quantized_update_groups_kernel<Rule, S, true>
-            <<<unsigned(groups), group_threads(units), 0, s>>>(rule, q, policy, b, scales, rows, cols);
+            <<<unsigned(groups), threads, 0, s>>>(rule, q, policy, b, scales, rows, cols);
       else
         quantized_update_groups_kernel<Rule, S, false>
-            <<<unsigned(groups), group_threads(units), 0, s>>>(rule, q, policy, b, scales, rows, cols);
+            <<<unsigned(groups), threads, 0, s>>>(rule, q, policy, b, scales, rows, cols);
       return cudaGetLastError();
     }
     if (l.quads == 1) launch_registers<Rule, S, 1>(rule, q, policy, b, scales, rows, cols, l, s);
@@ -530,7 +565,7 @@ cudaError_t launch_quantized_update(const Rule& rule, const FormatQuantizer& q, 
     return cudaGetLastError();
   }
   if (!scratch) return cudaErrorInvalidValue;
-  const int64_t n = rows * cols, chunks = tensor_chunks(n, q.format);
+  const int64_t n = rows * cols, chunks = tensor_chunks(n);
   if (chunks > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
   tensor_update_pass1_kernel<Rule, S>
       <<<unsigned(chunks), kTensorThreads, 0, s>>>(rule, q, policy, b, scales, scratch + 1, n);
@@ -611,10 +646,10 @@ unsigned elementwise_blocks(int64_t n) {
 
 }  // namespace
 
-int64_t quantized_update_scratch_floats(int64_t rows, int64_t cols, QFormat format,
+int64_t quantized_update_scratch_floats(int64_t rows, int64_t cols, QFormat /*format*/,
                                         Granularity granularity) {
   if (granularity != Granularity::PerTensor || rows <= 0 || cols <= 0) return 0;
-  return 1 + tensor_chunks(rows * cols, format);
+  return 1 + tensor_chunks(rows * cols);
 }
 
 bool group_kernel_fits(GroupKernel kernel, Granularity granularity, int64_t rows, int64_t cols) {

@@ -1,8 +1,9 @@
 // Quantization (RTN or SR) of a fp32 (rows, cols) matrix, built from the same kernels/common
 // codecs as the CPU reference, so both backends produce identical codes.
 // Row-wise: one block of 256 threads per row: block-reduce |x| max -> group_scale -> every
-// element through quantize_value with its Philox draw. Each thread writes whole code bytes (INT4:
-// two elements). Per tensor / 128x128 tiles: the group maxima first, then one code byte per thread.
+// element through quantize_value with its Philox draw. Each thread takes 4 consecutive elements
+// at a time (one Philox call, whole INT4 bytes). Per tensor / 128x128 tiles: the group maxima
+// first, then 4 elements per thread.
 // The FP8 forward's bf16 activations: one block per token row, 8 elements per thread and access.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/common/bf16.h"
+#include "kernels/common/format_quantizer.h"
 #include "kernels/common/philox.h"
 #include "kernels/common/qformat.h"
 #include "kernels/common/scale_groups.h"
@@ -36,19 +38,25 @@ __global__ void __launch_bounds__(kThreads)
   const float scale = group_scale(f, block_max<kThreads>(m));
   if (threadIdx.x == 0) scales[row] = scale;
 
-  const int per_byte = f == QFormat::INT4 ? 2 : 1;
-  const int64_t row_bytes = cols / per_byte;  // cols is even for INT4
-  uint8_t* cr = codes + row * row_bytes;
-  for (int64_t b = threadIdx.x; b < row_bytes; b += kThreads) {
-    uint32_t byte = 0;
-    for (int k = 0; k < per_byte; ++k) {
-      const int64_t c = b * per_byte + k;
-      const uint32_t bits = rounding == Rounding::SR
-                                ? philox_bits(seed, step, tensor_id, uint64_t(row * cols + c))
-                                : 0u;
-      byte |= uint32_t(quantize_value(f, rounding, xr[c], scale, bits)) << (4 * k);
+  // Units of 4 consecutive elements per thread (whole code bytes: cols is even for INT4), so
+  // that a unit is one SR draw group when the row starts at a multiple of 4; the cursor draws
+  // both groups of a unit that straddles two.
+  const FormatQuantizer fq{f, rounding, seed, step, tensor_id};
+  GroupDrawCursor<FormatQuantizer> draw{fq};
+  const bool int4 = f == QFormat::INT4;
+  for (int64_t c0 = 4 * int64_t(threadIdx.x); c0 < cols; c0 += 4 * kThreads) {
+    uint32_t word = 0;
+    const int count = cols - c0 < 4 ? int(cols - c0) : 4;
+    for (int k = 0; k < count; ++k) {
+      const uint64_t i = uint64_t(row * cols + c0 + k);
+      word |= uint32_t(fq.encode(xr[c0 + k], scale, draw(i))) << (int4 ? 4 * k : 8 * k);
     }
-    cr[b] = uint8_t(byte);
+    if (int4) {
+      for (int k = 0; 2 * k < count; ++k)
+        codes[(row * cols + c0) / 2 + k] = uint8_t(word >> (8 * k));
+    } else {
+      for (int k = 0; k < count; ++k) codes[row * cols + c0 + k] = uint8_t(word >> (8 * k));
+    }
   }
 }
 
@@ -84,25 +92,31 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) scales[blockIdx.x] = group_scale(f, m);
 }
 
-// Grid-stride over code bytes; element i = b * per_byte + k uses its group's scale.
+// Grid-stride over units of 4 elements (unit u: elements 4u .. 4u + 3, exactly SR draw group u,
+// and whole code bytes); element i uses its group's scale.
 __global__ void encode_kernel(const float* __restrict__ x, uint8_t* __restrict__ codes,
                               const float* __restrict__ scales, int64_t n, int64_t cols, QFormat f,
                               Granularity g, Rounding rounding, uint64_t seed, uint64_t step,
                               uint32_t tensor_id) {
-  const int per_byte = f == QFormat::INT4 ? 2 : 1;
-  const int64_t nbytes = code_bytes(f, n);
-  for (int64_t b = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; b < nbytes;
-       b += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t byte = 0;
-    for (int k = 0; k < per_byte && b * per_byte + k < n; ++k) {
-      const int64_t i = b * per_byte + k, r = i / cols, c = i - r * cols;
-      const uint32_t bits =
-          rounding == Rounding::SR ? philox_bits(seed, step, tensor_id, uint64_t(i)) : 0u;
-      byte |= uint32_t(quantize_value(f, rounding, x[i], scales[scale_group_index(g, cols, r, c)],
-                                      bits))
-              << (4 * k);
+  const FormatQuantizer fq{f, rounding, seed, step, tensor_id};
+  const bool int4 = f == QFormat::INT4;
+  const int64_t units = (n + 3) / 4;
+  for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < units;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const Philox4x32 draws = fq.draws(uint64_t(u));
+    const int count = n - 4 * u < 4 ? int(n - 4 * u) : 4;
+    uint32_t word = 0;
+    for (int k = 0; k < count; ++k) {
+      const int64_t i = 4 * u + k, r = i / cols, c = i - r * cols;
+      word |= uint32_t(fq.encode(x[i], scales[scale_group_index(g, cols, r, c)],
+                                 philox_word(draws, uint32_t(k))))
+              << (int4 ? 4 * k : 8 * k);
     }
-    codes[b] = uint8_t(byte);
+    if (int4) {
+      for (int k = 0; 2 * k < count; ++k) codes[2 * u + k] = uint8_t(word >> (8 * k));
+    } else {
+      for (int k = 0; k < count; ++k) codes[4 * u + k] = uint8_t(word >> (8 * k));
+    }
   }
 }
 
@@ -177,8 +191,8 @@ cudaError_t quantize_matrix(const float* x, uint8_t* codes, float* scales, int64
     tile_scale_kernel<<<unsigned(tiles), kThreads, 0, s>>>(scales, x, rows, cols, format);
   }
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  const int64_t nbytes = code_bytes(format, rows * cols);
-  const int64_t blocks = std::min<int64_t>((nbytes + kThreads - 1) / kThreads, int64_t(1) << 16);
+  const int64_t units = (rows * cols + 3) / 4;
+  const int64_t blocks = std::min<int64_t>((units + kThreads - 1) / kThreads, int64_t(1) << 16);
   encode_kernel<<<unsigned(blocks), kThreads, 0, s>>>(x, codes, scales, rows * cols, cols, format,
                                                       granularity, rounding, seed, step,
                                                       tensor_id);

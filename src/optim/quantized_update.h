@@ -33,7 +33,8 @@ void quantized_update_matrix(const Rule& rule, const Q& q, UpdatePolicy policy,
       quantized_update_group(rule, q, policy, b, scale_group_span(granularity, rows, cols, k), scales + k);
     return;
   }
-  constexpr int64_t kChunk = 4096;  // even, so packed INT4 bytes are never shared
+  constexpr int64_t kChunk = 4096;  // even, so packed INT4 bytes are never shared (and a multiple
+                                    // of 4, so no SR draw group is split between threads)
   const int64_t n = rows * cols;
   const float old_scale = scales[0];
   float absmax = 0.0f;
@@ -47,8 +48,13 @@ void quantized_update_matrix(const Rule& rule, const Q& q, UpdatePolicy policy,
     absmax = fmaxf(absmax, local);
   }
   const float new_scale = q.scale_for(absmax);
-#pragma omp parallel for schedule(static, kChunk)
-  for (int64_t i = 0; i < n; ++i) quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale);
+#pragma omp parallel
+  {
+    GroupDrawCursor<Q> draw{q};  // each thread's chunks in increasing order
+#pragma omp for schedule(static, kChunk)
+    for (int64_t i = 0; i < n; ++i)
+      quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i)));
+  }
   scales[0] = new_scale;
 }
 

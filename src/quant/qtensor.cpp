@@ -1,5 +1,6 @@
 // CPU reference quantization: per-group absmax -> scale, then every element through the shared
-// codec (kernels/common/qformat.h) with Philox bits keyed by its row-major index.
+// codec (kernels/common/qformat.h) with Philox bits keyed by its row-major index (one Philox call
+// per 4 consecutive elements: kernels/common/philox.h).
 #include "quant/qtensor.h"
 
 #include <algorithm>
@@ -7,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/common/philox.h"
+#include "kernels/common/format_quantizer.h"
 
 namespace eco {
 namespace {
@@ -124,17 +125,20 @@ void quantize(const float* x, QTensor& q, Rounding rounding, uint64_t seed, uint
   // sit in different rows) are written by one thread.
   const int64_t per_byte = f == QFormat::INT4 ? 2 : 1;
   const int64_t nbytes = code_bytes(f, n);
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < nbytes; ++b) {
-    uint8_t byte = 0;
-    for (int64_t k = 0; k < per_byte && b * per_byte + k < n; ++k) {
-      const int64_t i = b * per_byte + k, r = i / cols, c = i % cols;
-      const float scale = scales[scale_index(gran, rows, cols, r, c)];
-      const uint32_t bits =
-          rounding == Rounding::SR ? philox_bits(seed, step, tensor_id, uint64_t(i)) : 0u;
-      byte = uint8_t(byte | quantize_value(f, rounding, x[i], scale, bits) << (4 * k));
+  const FormatQuantizer fq{f, rounding, seed, step, tensor_id};
+#pragma omp parallel
+  {
+    GroupDrawCursor<FormatQuantizer> draw{fq};  // each thread's bytes in increasing order
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < nbytes; ++b) {
+      uint8_t byte = 0;
+      for (int64_t k = 0; k < per_byte && b * per_byte + k < n; ++k) {
+        const int64_t i = b * per_byte + k, r = i / cols, c = i % cols;
+        const float scale = scales[scale_index(gran, rows, cols, r, c)];
+        byte = uint8_t(byte | fq.encode(x[i], scale, draw(uint64_t(i))) << (4 * k));
+      }
+      codes[b] = byte;
     }
-    codes[b] = byte;
   }
 }
 

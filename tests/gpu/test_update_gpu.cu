@@ -108,6 +108,9 @@ struct UpdateCase {
   int64_t rows, cols;
   GroupKernel kernel = GroupKernel::Auto;
   size_t offset = 0;  // elements between each buffer's aligned start and the data
+  // > 0: AdamW's bias corrections are those of this step (at 100000 both are 1, which the
+  // E4M3 Eco register kernels skip: AdamWTerms::unbiased), else those of the update's own step.
+  int64_t bias_step = 0;
 };
 
 const char* kernel_name(GroupKernel k) {
@@ -121,7 +124,8 @@ std::string describe(const UpdateCase& k, bool bf16_state) {
          (k.rounding == Rounding::SR ? "sr" : "rtn") + " " + qformat_name(k.format) + " " +
          granularity_name(k.granularity) + " " + std::to_string(k.rows) + "x" +
          std::to_string(k.cols) + (bf16_state ? " bf16 state" : " fp32 state") + " kernel " +
-         kernel_name(k.kernel) + " offset " + std::to_string(k.offset);
+         kernel_name(k.kernel) + " offset " + std::to_string(k.offset) +
+         (k.bias_step > 0 ? " bias step " + std::to_string(k.bias_step) : "");
 }
 
 // Three steps of one update on identical host and device copies; all state compared after each.
@@ -167,7 +171,8 @@ void expect_update_matches_cpu(const UpdateCase& k) {
     const QuantizedUpdateBuffers<S, float> b{d_codes.data(), d_master.data(), d_grad.data(),
                                              d_m.data(), d_v.data()};
     if (k.adamw) {
-      const AdamWStep st{5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, step};
+      const int64_t t = k.bias_step > 0 ? k.bias_step : step;
+      const AdamWStep st{5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t};
       cpu->quantized_adamw_update(q, master_t, grad_t, m_t, v_t, st, qs);
       ECO_CHECK_CUDA(cuda::quantized_adamw_update(adamw_coeffs(st), fq, k.policy, b,
                                                   d_scales.data(), k.rows, k.cols, k.granularity,
@@ -201,10 +206,11 @@ void expect_update_matches_cpu(const UpdateCase& k) {
 
 // Every rule x policy x rounding x state type on each shape, with `kernel` (where it fits the
 // shape), at offset 0 and, for widths that allow vector access, offset 1 (misaligned buffers).
+// bias_step > 0: AdamW only, with the bias corrections of that step (UpdateCase::bias_step).
 using Shapes = std::vector<std::pair<int64_t, int64_t>>;
 
 void expect_all_variants_match_cpu(QFormat format, Granularity granularity, const Shapes& shapes,
-                                   GroupKernel kernel = GroupKernel::Auto) {
+                                   GroupKernel kernel = GroupKernel::Auto, int64_t bias_step = 0) {
   for (auto [rows, cols] : shapes) {
     if (!cuda::group_kernel_fits(kernel, granularity, rows, cols)) continue;
     for (size_t offset : {size_t(0), size_t(1)}) {
@@ -212,7 +218,9 @@ void expect_all_variants_match_cpu(QFormat format, Granularity granularity, cons
       for (bool adamw : {true, false})
         for (auto policy : {UpdatePolicy::Master, UpdatePolicy::Naive, UpdatePolicy::Eco})
           for (auto rounding : {Rounding::RTN, Rounding::SR}) {
-            const UpdateCase k{adamw, policy, rounding, format, granularity, rows, cols, kernel, offset};
+            if (bias_step > 0 && !adamw) continue;
+            const UpdateCase k{adamw,  policy, rounding, format, granularity,
+                               rows,   cols,   kernel,   offset, bias_step};
             expect_update_matches_cpu<float>(k);
             expect_update_matches_cpu<uint16_t>(k);
             if (::testing::Test::HasFatalFailure()) return;
@@ -270,6 +278,25 @@ TEST(GpuQuantizedUpdate, Int4PerTensorIsBitIdenticalToCpuDriver) {
 TEST(GpuQuantizedUpdate, E4m3PerTensorIsBitIdenticalToCpuDriver) {
   ECO_REQUIRE_GPU();
   expect_all_variants_match_cpu(QFormat::E4M3, Granularity::PerTensor, kTensorShapes);
+}
+
+// At a late step both AdamW bias corrections are 1: the E4M3 Eco register kernels skip the two
+// divisions by them, the CPU skips them everywhere, and every other kernel divides by 1 (the
+// same bits). Every kernel and granularity against the CPU there.
+TEST(GpuQuantizedUpdate, AdamWAtLateStepsEveryKernelIsBitIdenticalToCpuDriver) {
+  ECO_REQUIRE_GPU();
+  constexpr int64_t kLate = 100000;
+  for (GroupKernel kernel : kRowKernels) {
+    SCOPED_TRACE(kernel_name(kernel));
+    expect_all_variants_match_cpu(QFormat::E4M3, Granularity::PerRow, kRowShapes, kernel, kLate);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  expect_all_variants_match_cpu(QFormat::INT4, Granularity::PerRow, kEvenRowShapes,
+                                GroupKernel::Auto, kLate);
+  expect_all_variants_match_cpu(QFormat::E4M3, Granularity::Block128, kTileShapes,
+                                GroupKernel::Auto, kLate);
+  expect_all_variants_match_cpu(QFormat::E4M3, Granularity::PerTensor, kTensorShapes,
+                                GroupKernel::Auto, kLate);
 }
 
 // The choice of kernels: which fit, and that a forced one that does not is refused.

@@ -34,9 +34,9 @@ using Buffers = eco::QuantizedUpdateBuffers<S, float>;
 
 // The tests' quantizer: a symmetric uniform grid with int8 codes, q(x) = s*clamp(round(x/s), -rho,
 // rho) with s = absmax/rho, or a fixed step s (the paper's fixed-grid examples). SR rounds up with
-// probability frac(x/s), the uniform drawn from a splitmix64 hash of (seed, step, elem). Decisions
-// are taken in double, so the float64 references below round exactly like the float code does
-// whenever they see the same x/s.
+// probability frac(x/s), the uniform being the top 32 bits of a splitmix64 hash of (seed, step,
+// elem). Decisions are taken in double, so the float64 references below round exactly like the
+// float code does whenever they see the same x/s.
 struct GridQuantizer {
   double rho = 127;
   float fixed_step = 0.0f;
@@ -44,17 +44,23 @@ struct GridQuantizer {
   uint64_t seed = 7, step = 0;
 
   float scale_for(float absmax) const { return fixed_step > 0 ? fixed_step : float(double(absmax) / rho); }
-  double uniform(int64_t elem) const {
+  uint32_t draw(int64_t elem) const {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull ^ step * 0xD1B54A32D192ED03ull ^ uint64_t(elem);
-    return double(eco::splitmix64(s) >> 11) * 0x1.0p-53;
+    return uint32_t(eco::splitmix64(s) >> 32);
   }
-  double index(double y, int64_t elem) const {  // the grid index that x = y*s rounds to
-    const double k = stochastic ? std::floor(y) + (uniform(elem) < y - std::floor(y) ? 1.0 : 0.0)
+  eco::Philox4x32 draws(uint64_t group) const {
+    const int64_t e = int64_t(4 * group);
+    return {{draw(e), draw(e + 1), draw(e + 2), draw(e + 3)}};
+  }
+  double uniform(int64_t elem) const { return double(draw(elem)) * 0x1.0p-32; }
+  double index_drawn(double y, uint32_t bits) const {  // the grid index that x = y*s rounds to
+    const double k = stochastic ? std::floor(y) + (double(bits) * 0x1.0p-32 < y - std::floor(y) ? 1.0 : 0.0)
                                 : std::nearbyint(y);
     return std::clamp(k, -rho, rho);
   }
-  uint8_t encode(float x, float scale, int64_t elem) const {
-    return scale == 0.0f ? 0 : uint8_t(int8_t(index(double(x) / double(scale), elem)));
+  double index(double y, int64_t elem) const { return index_drawn(y, draw(elem)); }
+  uint8_t encode(float x, float scale, uint32_t bits) const {
+    return scale == 0.0f ? 0 : uint8_t(int8_t(index_drawn(double(x) / double(scale), bits)));
   }
   float decode(uint8_t code, float scale) const { return float(int8_t(code)) * scale; }
   uint8_t load(const uint8_t* codes, int64_t i) const { return codes[i]; }
@@ -508,7 +514,7 @@ Tensor make_tensor(int64_t rows, int64_t cols, Granularity gran, const GridQuant
     s = std::max(s, std::fabs(t.master[i]));
   }
   for (float& s : t.scales) s = q.scale_for(s);
-  for (int64_t i = 0; i < n; ++i) t.codes[i] = q.encode(t.master[i], t.scales[ref_group(gran, cols, i / cols, i % cols)], i);
+  for (int64_t i = 0; i < n; ++i) t.codes[i] = q.encode(t.master[i], t.scales[ref_group(gran, cols, i / cols, i % cols)], q.draw(i));
   return t;
 }
 

@@ -2,6 +2,8 @@
 // quantized_update_code, what the CUDA register kernel runs) against its buffer form
 // (quantized_update_pass1 / pass2 through the CPU driver quantized_update_matrix): the same bits
 // in codes, scales, m, v and master for every format x rounding x rule x policy x state type.
+// The register form takes each element's SR draw alone (q.draw), the driver four at a time
+// (q.draws through GroupDrawCursor); rows of 94 elements cut the draw groups between rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +46,8 @@ State<S> make_state(QFormat format, int64_t rows, int64_t cols, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     t.master[size_t(i)] = float(0.05 * (1 + (i / cols) % 5) * rng.normal());
     t.grad[size_t(i)] = i % 17 == 3 ? 0.0f : float(0.01 * rng.normal());
-    const float m = float(1e-3 * rng.normal()), v = float(1e-6 * rng.normal() * rng.normal() + 1e-9);
+    const float m = float(1e-3 * rng.normal());
+    const float v = float(1e-6 * std::fabs(rng.normal() * rng.normal()) + 1e-9);  // v >= 0
     t.m[size_t(i)] = eco::from_f32<S>(m);
     t.v[size_t(i)] = eco::from_f32<S>(v);
   }
@@ -56,7 +59,7 @@ State<S> make_state(QFormat format, int64_t rows, int64_t cols, uint64_t seed) {
     for (int64_t c = 0; c < cols; ++c) absmax = fmaxf(absmax, fabsf(t.master[size_t(r * cols + c)]));
     t.scales[size_t(r)] = rtn.scale_for(absmax);
     for (int64_t c = 0; c < cols; ++c)
-      rtn.store(t.codes.data(), r * cols + c, rtn.encode(t.master[size_t(r * cols + c)], t.scales[size_t(r)], r * cols + c));
+      rtn.store(t.codes.data(), r * cols + c, rtn.encode(t.master[size_t(r * cols + c)], t.scales[size_t(r)], 0u));
   }
   return t;
 }
@@ -86,7 +89,7 @@ void update_in_registers(const Rule& rule, const FormatQuantizer& q, UpdatePolic
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;
       if (policy == UpdatePolicy::Master) t.master[size_t(i)] = theta[size_t(c)];
-      q.store(codes.data(), i, eco::quantized_update_code(rule, q, policy, theta[size_t(c)], m[size_t(c)], v[size_t(c)], new_scale, i));
+      q.store(codes.data(), i, eco::quantized_update_code(rule, q, policy, theta[size_t(c)], m[size_t(c)], v[size_t(c)], new_scale, q.draw(i)));
       t.m[size_t(i)] = m[size_t(c)];
       if constexpr (Rule::kHasV) t.v[size_t(i)] = v[size_t(c)];
     }

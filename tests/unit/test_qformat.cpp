@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/common/format_quantizer.h"
 #include "kernels/common/philox.h"
 #include "kernels/common/qformat.h"
 
@@ -84,14 +85,69 @@ TEST(Philox, MatchesRandom123KnownAnswers) {
   }
 }
 
+// Element e takes word e & 3 of the counter (g lo32, g hi32, step lo32, tensor_id ^ step hi32),
+// g = e >> 2, under key (seed lo32, seed hi32); checked for every word of one group with every
+// counter and key word distinct.
 TEST(Philox, BitsFollowTheDocumentedCounterMapping) {
   const uint64_t seed = 0x0123456789ABCDEFull, step = 0x00000002DEADBEEFull,
-                 element = 0x0000001234567890ull;
+                 group = 0x0000001234567890ull;
   const uint32_t tensor_id = 77;
-  const eco::Philox4x32 ctr{{uint32_t(element), uint32_t(element >> 32), uint32_t(step),
+  const eco::Philox4x32 ctr{{uint32_t(group), uint32_t(group >> 32), uint32_t(step),
                              tensor_id ^ uint32_t(step >> 32)}};
-  EXPECT_EQ(eco::philox_bits(seed, step, tensor_id, element),
-            eco::philox4x32_10(ctr, uint32_t(seed), uint32_t(seed >> 32)).v[0]);
+  const eco::Philox4x32 out = eco::philox4x32_10(ctr, uint32_t(seed), uint32_t(seed >> 32));
+  for (uint32_t k = 0; k < 4; ++k)
+    EXPECT_EQ(eco::philox_bits(seed, step, tensor_id, 4 * group + k), out.v[k]) << "word " << k;
+}
+
+// philox_bits(e) is word e & 3 of philox_group(e >> 2), for e from 0, around 2^32 (where the
+// group's low counter word wraps and its high word starts counting) and around 2^34 (groups
+// 2^32 - 1 and 2^32), and at the top of the range.
+TEST(Philox, BitsAreWordEAnd3OfTheGroupCall) {
+  const uint64_t seed = 0xFEDCBA9876543210ull, step = 12345;
+  const uint32_t tensor_id = 9;
+  const uint64_t starts[] = {0, (1ull << 32) - 64, (1ull << 34) - 64, ~0ull - 127};
+  for (uint64_t e0 : starts)
+    for (uint64_t e = e0; e - e0 < 128; ++e) {
+      const eco::Philox4x32 g = eco::philox_group(seed, step, tensor_id, e >> 2);
+      ASSERT_EQ(eco::philox_bits(seed, step, tensor_id, e), g.v[e & 3]) << "element " << e;
+      ASSERT_EQ(eco::philox_word(g, uint32_t(e & 3)), g.v[e & 3]);
+    }
+  // The four words of a group are four different draws, and neighbouring groups differ.
+  const eco::Philox4x32 a = eco::philox_group(seed, step, tensor_id, 5),
+                        b = eco::philox_group(seed, step, tensor_id, 6);
+  EXPECT_NE(a.v[0], a.v[1]);
+  EXPECT_NE(a.v[2], a.v[3]);
+  EXPECT_NE(a.v[0], b.v[0]);
+}
+
+// The stream's first values pinned (seed 42, step 1, tensor 3, elements 0..7 and 2^32 + 1; from
+// an independent Python Philox4x32-10 that reproduces the known answers above), so that a change
+// of the mapping cannot pass unnoticed: SR codes, and with them resumed runs and reference
+// results, depend on it.
+TEST(Philox, StreamStartsWithThePinnedValues) {
+  const uint32_t want[] = {0xdc79f5f6, 0x4cfd8776, 0x1c896deb, 0x95a38b6c,
+                          0x48b210df, 0x81e916d9, 0xc31073f6, 0x40141566};
+  for (uint64_t e = 0; e < 8; ++e)
+    EXPECT_EQ(eco::philox_bits(42, 1, 3, e), want[e]) << "element " << e;
+  EXPECT_EQ(eco::philox_bits(42, 1, 3, (1ull << 32) + 1), 0x88ee7c8eu);
+}
+
+// The cursor of a loop that walks elements in increasing order gives each element its own
+// philox_bits, whatever the start and stride (row starts that cut groups, strides of 1..9).
+TEST(Philox, GroupDrawCursorGivesEachElementsBits) {
+  const eco::FormatQuantizer q{eco::QFormat::E4M3, eco::Rounding::SR, 77, 5, 2};
+  for (uint64_t start : {0ull, 1ull, 2ull, 3ull, 94ull, (1ull << 34) - 3})
+    for (uint64_t stride = 1; stride < 10; ++stride) {
+      eco::GroupDrawCursor<eco::FormatQuantizer> draw{q};
+      for (uint64_t e = start; e < start + 64; e += stride)
+        ASSERT_EQ(draw(e), eco::philox_bits(77, 5, 2, e))
+            << "start " << start << " stride " << stride;
+    }
+  // RTN draws nothing.
+  const eco::FormatQuantizer rtn{eco::QFormat::E4M3, eco::Rounding::RTN, 77, 5, 2};
+  eco::GroupDrawCursor<eco::FormatQuantizer> none{rtn};
+  EXPECT_EQ(none(5), 0u);
+  EXPECT_EQ(rtn.draw(5), 0u);
 }
 
 TEST(Philox, BitsChangeWhenAnyInputPartChanges) {

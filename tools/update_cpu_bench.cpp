@@ -1,0 +1,158 @@
+// eco-update-cpu-bench: CPU time of the fused quantized update (src/optim/quantized_update.h, the
+// CPU reference the CUDA kernels match) against the plain fp32 AdamW step measured in the same
+// run, on one (rows, cols) weight with one E4M3 scale per row and fp32 moments.
+//   eco-update-cpu-bench [--rows R] [--cols C] [--threads T] [--repeats N]
+// Defaults: 4096 x 4096, 1 thread (a ratio on a shared machine is steadier on one core), 9
+// repeats. Each repeat is a new optimizer step (new SR draws, bias corrections of step t).
+// The updates take turns; prints each one's minimum and median ms, ns per element (of the
+// minimum) and ratio to plain AdamW: the ratio is what to compare across code changes (machines
+// differ in absolute time; the minimum is the least disturbed by a busy neighbour). "late step":
+// bias corrections 1, as from step ~860 of a run (AdamWTerms::unbiased skips two divisions).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/common/adamw.h"
+#include "kernels/common/eco_update.h"
+#include "kernels/common/format_quantizer.h"
+#include "optim/quantized_update.h"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct Args {
+  int64_t rows = 4096, cols = 4096;
+  int threads = 1, repeats = 9;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "usage: eco-update-cpu-bench [--rows R] [--cols C] [--threads T] [--repeats N]\n");
+      std::exit(2);
+    }
+    const long long v = std::atoll(argv[++i]);
+    if (k == "--rows") a.rows = v;
+    else if (k == "--cols") a.cols = v;
+    else if (k == "--threads") a.threads = int(v);
+    else if (k == "--repeats") a.repeats = int(v);
+    else {
+      std::fprintf(stderr, "eco-update-cpu-bench: unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  if (a.rows < 1 || a.cols < 1 || a.threads < 1 || a.repeats < 1) {
+    std::fprintf(stderr, "eco-update-cpu-bench: sizes, threads and repeats must be positive\n");
+    std::exit(2);
+  }
+  return a;
+}
+
+// AdamW at step t, with the bias corrections of step t (early: below 1) or of a late step (1, as
+// from step ~860 of a run at these betas: AdamWTerms::unbiased).
+eco::AdamWCoeffs coeffs(int64_t t, bool late = false) {
+  const double b1 = 0.9, b2 = 0.98, tb = late ? 1e6 : double(t);
+  return {1e-3f, float(b1), float(b2), 1e-9f, 0.1f, 1.0f, float(1.0 - std::pow(b1, tb)),
+          float(1.0 - std::pow(b2, tb))};
+}
+
+// Seconds of each call of f(t), t = 1, 2, ...
+struct Timings {
+  std::vector<double> s;
+  double min() const { return *std::min_element(s.begin(), s.end()); }
+  double median() const {
+    std::vector<double> v = s;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+};
+void time_call(Timings& t, int64_t step, const std::function<void(int64_t)>& f) {
+  const auto t0 = clock_type::now();
+  f(step);
+  t.s.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  omp_set_num_threads(a.threads);
+  const int64_t n = a.rows * a.cols;
+  const size_t count = size_t(n);
+
+  eco::Rng rng(1);
+  std::vector<float> grad(count), w(count), m(count), v(count);
+  for (int64_t i = 0; i < n; ++i) {
+    grad[size_t(i)] = float(rng.normal() * 1e-3);
+    w[size_t(i)] = float(rng.normal() * 0.02);
+    m[size_t(i)] = float(rng.normal() * 1e-4);
+    v[size_t(i)] = float(rng.uniform() * 1e-6);
+  }
+  // Codes: random finite E4M3 codes (not 0x7F / 0xFF, the NaNs), one scale per row.
+  std::vector<uint8_t> codes(count);
+  for (uint8_t& c : codes) {
+    c = uint8_t(rng.next_u64());
+    if ((c & 0x7F) == 0x7F) c ^= 1;
+  }
+  std::vector<float> scales(size_t(a.rows), 0.06f / 448.0f);
+  // Each update on its own copy of the state; they take turns, so that a neighbour's load on a
+  // shared machine hits them alike.
+  auto plain = [&](int64_t t) {
+    const eco::AdamWCoeffs c = coeffs(t);
+    float* pw = w.data();
+    const float* pg = grad.data();
+    float* pm = m.data();
+    float* pv = v.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) pw[i] = eco::adamw_element(pw[i], pg[i], pm[i], pv[i], c);
+  };
+  struct QState {
+    std::vector<float> m, v, scales;
+    std::vector<uint8_t> codes;
+  };
+  QState rtn_state{m, v, scales, codes}, sr_state{m, v, scales, codes}, late_state{m, v, scales, codes};
+  auto quantized = [&](QState& st, eco::Rounding rounding, bool late) {
+    return [&st, &grad, &a, rounding, late](int64_t t) {
+      const eco::FormatQuantizer q{eco::QFormat::E4M3, rounding, 1234, uint64_t(t), 7};
+      const eco::QuantizedUpdateBuffers<float, float> b{st.codes.data(), nullptr, grad.data(),
+                                                        st.m.data(), st.v.data()};
+      eco::eco_adamw_update_matrix(q, eco::UpdatePolicy::Eco, coeffs(t, late), b, st.scales.data(),
+                                   a.rows, a.cols, eco::Granularity::PerRow);
+    };
+  };
+  constexpr int kRuns = 4;
+  const std::function<void(int64_t)> runs[kRuns] = {
+      plain, quantized(rtn_state, eco::Rounding::RTN, false),
+      quantized(sr_state, eco::Rounding::SR, false), quantized(late_state, eco::Rounding::SR, true)};
+  Timings times[kRuns];
+  for (int r = 0; r <= a.repeats; ++r)
+    for (int k = 0; k < kRuns; ++k) {
+      if (r == 0) runs[k](1);  // warm-up
+      else time_call(times[k], r + 1, runs[k]);
+    }
+
+  std::printf("eco-update-cpu-bench: %lld x %lld, %d thread(s), %d repeats\n", (long long)a.rows,
+              (long long)a.cols, a.threads, a.repeats);
+  std::printf("%-28s %9s %9s %9s %14s %14s\n", "update", "min ms", "median ms", "ns/elem",
+              "min vs AdamW", "median vs AdamW");
+  const char* names[kRuns] = {"fp32 AdamW (plain)", "fp8-eco-rtn AdamW (E4M3)",
+                              "fp8-eco-sr AdamW (E4M3)", "fp8-eco-sr AdamW, late step"};
+  for (int k = 0; k < kRuns; ++k)
+    std::printf("%-28s %9.2f %9.2f %9.2f %14.2f %14.2f\n", names[k], times[k].min() * 1e3,
+                times[k].median() * 1e3, times[k].min() * 1e9 / double(n),
+                times[k].min() / times[0].min(), times[k].median() / times[0].median());
+  return 0;
+}
