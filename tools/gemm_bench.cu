@@ -334,7 +334,8 @@ int main(int argc, char** argv) {
                 prop.multiProcessorCount, reps);
 
     // The head at GPT-2's vocabulary (50257: rows off 16-byte boundaries) and padded to 50304
-    // (what the CUDA backend runs, see pad_out_channels): bf16 only (FP8 needs multiples of 16).
+    // (what the CUDA backend runs, see Backend::logits_stride): bf16 only (FP8 needs multiples of
+    // 16).
     const Shape shapes[] = {{"gpt2 qkv", 4096, 768, 2304},
                             {"gpt2 attn proj", 4096, 768, 768},
                             {"gpt2 fc", 4096, 768, 3072},
