@@ -10,11 +10,12 @@ namespace eco {
 
 // The largest shapes a model runs, reported once by the Transformer (Backend::reserve_workspaces).
 struct WorkspaceShapes {
-  int64_t tokens = 0;           // B * T rows of activations
+  int64_t tokens = 0;             // B * T rows of activations
   int seq_len = 0, d_model = 0, n_head = 0, vocab = 0;
-  int64_t widest_linear_in = 0;  // the largest C of a block linear's input (d_model or mlp hidden)
-  int64_t largest_weight = 0;    // elements of the largest weight any GEMM reads (the head's)
-  bool fp8_activations = false;  // the forward casts block-linear inputs to E4M3 per row
+  int64_t widest_linear_in = 0;   // the largest C of a block linear's input (d_model or mlp hidden)
+  int64_t widest_linear_out = 0;  // the largest OC of a block linear (3 d_model or the mlp's fc)
+  int64_t largest_weight = 0;     // elements of the largest weight any GEMM reads (the head's)
+  bool fp8_activations = false;   // the forward casts block-linear inputs to E4M3 per row
 };
 
 namespace cuda_ws {

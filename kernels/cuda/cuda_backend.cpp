@@ -7,7 +7,7 @@
 // parameter or its bf16-rounded master) and are converted to bf16 into a scratch before each
 // GEMM; the GEMMs run bf16 x bf16 with fp32 accumulation and fp32 weight gradients. Weights held
 // quantized arrive as QTensors (quantized_linear_forward / _backward): the forward of E4M3
-// per-row weights runs the FP8 GEMM on their codes (GemmEngine::matmul_forward_fp8, sm_90+; see
+// per-row weights runs the FP8 GEMM on their codes (GemmEngine::matmul_forward_fp8, sm_89+; see
 // quantized_linear_forward for when it falls back to the emulation the CPU runs), and the
 // backward GEMMs run bf16 on the codes decoded straight to bf16.
 #include <cuda_bf16.h>
@@ -119,6 +119,11 @@ class CudaBackend final : public Backend {
       attention_scores(r.attention_scores);
     if (r.weight_bf16) weight_bf16_.get<bf16>(r.weight_bf16 / sizeof(bf16), s(), ledger_);
     if (r.fp8_activations) fp8_act_.get<uint8_t>(r.fp8_activations, s(), ledger_);
+    // sm_89's row-scaled FP8 route keeps its fp32 sums in the engine (GemmEngine).
+    if (shapes.fp8_activations && gemm_.compute_capability() >= 89 && gemm_.rowwise_fp8_epilogue())
+      ledger_.record("FP8 GEMM fp32 accumulator (sm_89)", MemCategory::Workspace,
+                     gemm_.reserve_fp8_accumulator(size_t(shapes.tokens) *
+                                                   size_t(shapes.widest_linear_out)));
   }
   int logits_stride(int V, int C) const override {
     return cuda_ws::pads_output_channels(C, V) ? cuda_ws::padded_channels(V) : V;
@@ -397,10 +402,11 @@ class CudaBackend final : public Backend {
   // The FP8 forward: one kernel quantizes x per token row (E4M3, RTN; the CPU quantizer's codes)
   // into the fp8_act_ scratch and writes x_cast (what cast_activations writes), then the FP8 GEMM
   // multiplies those codes by the weight's: E4M3 x E4M3 with row-wise scales (cuBLASLt
-  // OUTER_VEC_32F), fp32 accumulation with fast accumulation, bf16 out, bias rounded to bf16.
+  // OUTER_VEC_32F on sm_90+; on sm_89 a unit-scaled GEMM into an fp32 accumulator, then the
+  // scales), fp32 accumulation with fast accumulation, bf16 out, bias rounded to bf16.
   // Where fp8_forward_applies says no, the emulation of the Backend base runs instead: cast,
-  // dequantize into w_scratch, bf16 GEMM (this is the path of sm_89 and sm_80, INT4 weights,
-  // and shapes that are not multiples of 16, such as a short sampling batch).
+  // dequantize into w_scratch, bf16 GEMM (this is the path of sm_80, INT4 weights, and shapes
+  // that are not multiples of 16, such as a short sampling batch).
   void quantized_linear_forward(const Tensor& out, const Tensor& x_cast, const Tensor& x,
                                 const QTensor& w, const Tensor& w_scratch, const Tensor& bias,
                                 int N, int C, int OC, ActCast act) override {
@@ -571,9 +577,8 @@ class CudaBackend final : public Backend {
   // Whether quantized_linear_forward can run the FP8 GEMM (else it runs the emulation):
   //  - E4M3 weights with one scale per row, activations cast E4M3 per row: the FP8 treatments.
   //    INT4 (and per-tensor / 128x128 weight scales) have no FP8 forward here.
-  //  - sm_90+: per-row scales on both operands need cuBLASLt OUTER_VEC_32F. sm_89 only scales per
-  //    tensor (SCALAR_32F), and per-row weight scales cannot be folded into one scalar without
-  //    re-quantizing the weight, so sm_89 keeps the emulation; sm_80 has no FP8.
+  //  - sm_89+ (sm_90+: OUTER_VEC_32F scales; sm_89: the unit-scaled GEMM and the scaling
+  //    kernel, see GemmEngine::matmul_forward_fp8); sm_80 has no FP8.
   //  - N, C and OC multiples of 16 (cuBLASLt's FP8 dimensions; C >= 16) and out, x, x_cast and the
   //    weight codes 16-byte aligned (the GEMM's and quantize_cast_e4m3_rows' assumptions).
   bool fp8_forward_applies(const Tensor& out, const Tensor& x_cast, const Tensor& x,
@@ -582,7 +587,7 @@ class CudaBackend final : public Backend {
       return reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
     };
     return act == ActCast::E4M3Row && w.format == QFormat::E4M3 &&
-           w.granularity == Granularity::PerRow && gemm_.compute_capability() >= 90 &&
+           w.granularity == Granularity::PerRow && gemm_.compute_capability() >= 89 &&
            N % 16 == 0 && C >= 16 && C % 16 == 0 && OC % 16 == 0 && aligned(out) && aligned(x) &&
            aligned(x_cast) && aligned(w.codes);
   }

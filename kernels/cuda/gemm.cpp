@@ -205,6 +205,9 @@ struct GemmEngine::Impl {
   DeviceBuffer workspace;
   DeviceBuffer bias_bf16;  // bf16 copy of the current bias (grown to the largest OC seen)
   DeviceBuffer partials;   // column-sum scratch of the bias gradient (grown)
+  DeviceBuffer fp8_acc;    // fp32 sums of the row-scaled FP8 GEMM on sm_89 (grown or reserved)
+  DeviceBuffer unit_scale;  // one fp32 1.0f: the unit per-tensor scales of that route
+  bool rowwise_epilogue = false;
   int cc = 0;
   int64_t heuristic_queries = 0;
   int64_t bias_fallbacks = 0;
@@ -416,6 +419,21 @@ GemmEngine::GemmEngine() : impl_(std::make_unique<Impl>()) {
   impl_->workspace = DeviceBuffer(kWorkspaceBytes);
   if (reinterpret_cast<uintptr_t>(impl_->workspace.get()) % 256 != 0)
     runtime_error("GemmEngine: cuBLASLt workspace is not 256-byte aligned");
+  impl_->rowwise_epilogue = impl_->cc < 90;
+  if (impl_->cc >= 89) {
+    const float one = 1.0f;
+    impl_->unit_scale = DeviceBuffer(sizeof one);
+    ECO_CHECK_CUDA(cudaMemcpy(impl_->unit_scale.get(), &one, sizeof one, cudaMemcpyHostToDevice));
+  }
+}
+
+bool GemmEngine::rowwise_fp8_epilogue() const { return impl_->rowwise_epilogue; }
+void GemmEngine::set_rowwise_fp8_epilogue(bool on) {
+  impl_->rowwise_epilogue = on || impl_->cc < 90;
+}
+size_t GemmEngine::reserve_fp8_accumulator(size_t elems) {
+  Impl::reserve(impl_->fp8_acc, elems * sizeof(float));
+  return impl_->fp8_acc.bytes();
 }
 
 GemmEngine::~GemmEngine() = default;
@@ -497,13 +515,22 @@ void GemmEngine::matmul_forward_fp8(__nv_bfloat16* out, const uint8_t* x_codes,
   if (impl_->cc < 89)
     runtime_error("{}: FP8 GEMM needs compute capability 8.9+ (this GPU is sm_{})", label,
                   impl_->cc);
-  if (scales == Granularity::PerRow && impl_->cc < 90)
-    runtime_error(
-        "{}: per-row FP8 scales (cuBLASLt OUTER_VEC_32F) need compute capability 9.0+ "
-        "(this GPU is sm_{}); on sm_89 quantize activations and weights per tensor "
-        "(Granularity::PerTensor)",
-        label, impl_->cc);
   if (N == 0 || OC == 0) return;
+  if (scales == Granularity::PerRow && impl_->rowwise_epilogue) {
+    // sm_89: acc (N, OC) fp32 = x_codes @ w_codes^T with unit per-tensor scales, then
+    // out = bf16(acc * x_scales[n] * w_scales[oc] + bf16(bias)).
+    Impl::reserve(impl_->fp8_acc, size_t(N) * size_t(OC) * sizeof(float));
+    float* acc = impl_->fp8_acc.get<float>();
+    const float* one = impl_->unit_scale.get<float>();
+    impl_->run({.trans_b = true, .M = N, .N = OC, .K = C, .A = x_codes, .lda = C, .B = w_codes,
+                .ldb = C, .C = acc, .ldc = OC, .ab_type = CUDA_R_8F_E4M3, .c_type = CUDA_R_32F,
+                .scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, .row_scales = one,
+                .col_scales = one, .fast_accum = true},
+               s, label);
+    ECO_CHECK_CUDA(scale_outer_to_bf16(out, acc, x_scales, w_scales,
+                                       impl_->bias_as_bf16(bias, OC, s), N, OC, s));
+    return;
+  }
 
   // out (N, OC) = x (N, C) @ w (OC, C)^T, both K-major (cuBLASLt "TN"); x_scales scale the rows
   // of x (one per token, or one), w_scales the columns of w^T (one per output channel, or one).

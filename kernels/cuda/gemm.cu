@@ -1,6 +1,7 @@
 // The small kernels around the cuBLASLt GEMMs (see gemm.h): the fp32 -> bf16 bias copy the
-// BIAS epilogue reads, the bias broadcast of its fallback, and the deterministic column sums of
-// dout that make the bias gradient.
+// BIAS epilogue reads, the bias broadcast of its fallback, the deterministic column sums of
+// dout that make the bias gradient, and the outer-product scaling of the row-scaled FP8 GEMM
+// on GPUs without OUTER_VEC scales (sm_89).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -69,6 +70,23 @@ __global__ void fill_rows_kernel(__nv_bfloat16* __restrict__ out,
 
 int chunk_count(int N) { return (N + kChunkRows - 1) / kChunkRows; }
 
+// out (rows, cols) = bf16(acc * row_scales[r] * col_scales[c] (+ bias[c])): grid
+// (ceil(cols / 256), min(rows, 65535)), rows strided by gridDim.y.
+__global__ void scale_outer_kernel(__nv_bfloat16* __restrict__ out, const float* __restrict__ acc,
+                                   const float* __restrict__ row_scales,
+                                   const float* __restrict__ col_scales,
+                                   const __nv_bfloat16* __restrict__ bias, int rows, int cols) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const float cs = col_scales[c], b = bias ? __bfloat162float(bias[c]) : 0.0f;
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t i = int64_t(r) * cols + c;
+    float v = acc[i] * row_scales[r] * cs;
+    if (bias) v += b;
+    out[i] = __float2bfloat16_rn(v);
+  }
+}
+
 }  // namespace
 
 cudaError_t f32_to_bf16(__nv_bfloat16* out, const float* in, int64_t n, cudaStream_t s) {
@@ -77,6 +95,17 @@ cudaError_t f32_to_bf16(__nv_bfloat16* out, const float* in, int64_t n, cudaStre
   if (out == nullptr || in == nullptr) return cudaErrorInvalidValue;
   const int64_t blocks = (n + 255) / 256;
   f32_to_bf16_kernel<<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(out, in, n);
+  return cudaGetLastError();
+}
+
+cudaError_t scale_outer_to_bf16(__nv_bfloat16* out, const float* acc, const float* row_scales,
+                               const float* col_scales, const __nv_bfloat16* bias, int rows,
+                               int cols, cudaStream_t s) {
+  if (rows < 0 || cols < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  if (!out || !acc || !row_scales || !col_scales) return cudaErrorInvalidValue;
+  const dim3 grid(unsigned((cols + 255) / 256), unsigned(rows < 65535 ? rows : 65535));
+  scale_outer_kernel<<<grid, 256, 0, s>>>(out, acc, row_scales, col_scales, bias, rows, cols);
   return cudaGetLastError();
 }
 

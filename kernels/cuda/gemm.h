@@ -60,18 +60,28 @@ class GemmEngine {
   // out (N, OC) bf16 = (x_codes (N, C) * x_scales) @ (w_codes (OC, C) * w_scales)^T + bias (OC)
   // with codes E4M3 bytes (kernels/common/qformat.h) and scales the fp32 dequantization
   // multipliers eco::quantize / quantize_rows store (absmax / 448: value = decode(code) * scale).
-  //   scales == PerRow:    x_scales (N), w_scales (OC): cuBLASLt OUTER_VEC_32F, needs sm_90+.
-  //   scales == PerTensor: x_scales (1), w_scales (1): SCALAR_32F, sm_89+. This is the sm_89
-  //     path: per-row scales cannot be folded into one scalar without re-quantizing, so on sm_89
-  //     quantize activations and weights per tensor (Granularity::PerTensor).
+  //   scales == PerRow:    x_scales (N), w_scales (OC): cuBLASLt OUTER_VEC_32F on sm_90+. On
+  //     sm_89 (no OUTER_VEC), the per-tensor-scaled GEMM with unit scales writes the raw sums to
+  //     an fp32 accumulator (N, OC) owned by the engine, and scale_outer_to_bf16 applies
+  //     x_scales[n] * w_scales[oc] and the bias: the same products, one more pass over the
+  //     output.
+  //   scales == PerTensor: x_scales (1), w_scales (1): SCALAR_32F, sm_89+.
   // bias (fp32, may be null) is rounded to bf16 as in matmul_forward. Fast accumulation is on
   // (forward only, as TransformerEngine / torchao do).
   // Checked on the host (throws eco::Error naming the shapes; callers pad): N, C, OC multiples of
-  // 16; x_codes, w_codes and out 16-byte aligned; scales non-null; compute capability 8.9+
-  // (PerRow: 9.0+). Block128 scales are not supported here.
+  // 16; x_codes, w_codes and out 16-byte aligned; scales non-null; compute capability 8.9+.
+  // Block128 scales are not supported here.
   void matmul_forward_fp8(__nv_bfloat16* out, const uint8_t* x_codes, const float* x_scales,
                           const uint8_t* w_codes, const float* w_scales, const float* bias, int N,
                           int C, int OC, Granularity scales, cudaStream_t s = nullptr);
+
+  // Whether PerRow FP8 runs as a unit-scaled GEMM + scale_outer_to_bf16 (sm_89's route): true
+  // below sm_90; set_rowwise_fp8_epilogue(true) takes that route on sm_90 too (tests, benchmarks).
+  bool rowwise_fp8_epilogue() const;
+  void set_rowwise_fp8_epilogue(bool on);
+  // Allocates the route's fp32 accumulator for up to `elems` outputs now (the backend does, with
+  // the model's largest FP8 GEMM, so that it never grows mid-run); returns its bytes.
+  size_t reserve_fp8_accumulator(size_t elems);
 
   // ---- general (strided batched) GEMM, row-major like kernels/cpu/gemm.h --------------------
   // For i < batch:  C_i (M, N) = alpha * op(A_i) (M, K) @ op(B_i) (K, N) + beta * C_i
@@ -116,6 +126,12 @@ class GemmEngine {
 // ---- the small kernels the engine uses (gemm.cu); usable directly -----------------------------
 // out (n) bf16 = round-to-nearest-even(in (n) fp32).
 cudaError_t f32_to_bf16(__nv_bfloat16* out, const float* in, int64_t n, cudaStream_t s = nullptr);
+
+// out (rows, cols) bf16 = bf16(acc * row_scales[r] * col_scales[c] + bias[c]) (bias bf16, may
+// be null; acc fp32 (rows, cols)): the row-scaled FP8 GEMM's scaling on sm_89.
+cudaError_t scale_outer_to_bf16(__nv_bfloat16* out, const float* acc, const float* row_scales,
+                               const float* col_scales, const __nv_bfloat16* bias, int rows,
+                               int cols, cudaStream_t s = nullptr);
 
 // out (rows, cols) bf16 with row stride ld: every row = bias (cols).
 cudaError_t fill_rows_with_bias(__nv_bfloat16* out, const __nv_bfloat16* bias, int rows, int cols,

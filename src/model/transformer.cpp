@@ -96,6 +96,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   shapes.n_head = int(NH);
   shapes.vocab = int(V);
   shapes.widest_linear_in = std::max(C, H);
+  shapes.widest_linear_out = std::max(3 * C, FC);
   shapes.largest_weight = std::max({V * C, 3 * C * C, FC * C, C * H});
   shapes.fp8_activations = store_.treatment().act == ActCast::E4M3Row;
   be_.reserve_workspaces(shapes);

@@ -489,6 +489,41 @@ TEST(GpuGemmFp8, RowwiseForwardMatchesDequantizedReference) {
   check_fp8_forward(engine, Granularity::PerRow);
 }
 
+// sm_89's route for per-row scales (a unit-scaled per-tensor GEMM into fp32, then
+// scale_outer_to_bf16), forced on this GPU: against the dequantized reference like the
+// OUTER_VEC route, and against that route's own output on sm_90+ (the same products; fast
+// accumulation and the rounding of the scaling may differ: 1e-2 relative, bf16 outputs).
+TEST(GpuGemmFp8, RowwiseEpilogueRouteMatchesDequantizedReferenceAndOuterVec) {
+  ECO_REQUIRE_GPU();
+  GemmEngine engine;
+  if (engine.compute_capability() < 89)
+    GTEST_SKIP() << "FP8 GEMM needs sm_89+; this GPU is sm_" << engine.compute_capability();
+  engine.set_rowwise_fp8_epilogue(true);
+  ASSERT_TRUE(engine.rowwise_fp8_epilogue());
+  check_fp8_forward(engine, Granularity::PerRow);
+  if (engine.compute_capability() < 90) return;
+  GemmEngine outer_vec;
+  ASSERT_FALSE(outer_vec.rowwise_fp8_epilogue());
+  const LinearShape s{64, 768, 2304};
+  const auto x = quantize_e4m3(rows_of_mixed_magnitude(s.N, s.C), s.N, s.C, Granularity::PerRow);
+  const auto w = quantize_e4m3(rows_of_mixed_magnitude(s.OC, s.C), s.OC, s.C, Granularity::PerRow);
+  const auto bias = to_device(bf16_round(randn(size_t(s.OC), next_seed())));
+  DeviceBuffer a(size_t(s.N) * s.OC * 2), b(size_t(s.N) * s.OC * 2);
+  poison(a);
+  poison(b);
+  const auto run = [&](GemmEngine& e, DeviceBuffer& out) {
+    e.matmul_forward_fp8(out.get<__nv_bfloat16>(), x.d_codes.get<uint8_t>(),
+                         x.d_scales.get<float>(), w.d_codes.get<uint8_t>(),
+                         w.d_scales.get<float>(), bias.get<float>(), s.N, s.C, s.OC,
+                         Granularity::PerRow);
+  };
+  run(engine, a);
+  run(outer_vec, b);
+  sync();
+  const size_t n = size_t(s.N) * s.OC;
+  EXPECT_LE(rel_err(download_bf16(a, n), download_bf16(b, n)), 1e-2) << str(s);
+}
+
 TEST(GpuGemmFp8, PerTensorForwardMatchesDequantizedReference) {
   ECO_REQUIRE_GPU();
   GemmEngine engine;
