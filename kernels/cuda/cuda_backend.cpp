@@ -119,6 +119,12 @@ class CudaBackend final : public Backend {
       attention_scores(r.attention_scores);
     if (r.weight_bf16) weight_bf16_.get<bf16>(r.weight_bf16 / sizeof(bf16), s(), ledger_);
     if (r.fp8_activations) fp8_act_.get<uint8_t>(r.fp8_activations, s(), ledger_);
+    if (shapes.fp8_activations && gemm_.compute_capability() < 89)
+      spdlog::warn(
+          "FP8 GEMMs need compute capability 8.9+ (this GPU is sm_{}): the FP8 treatment's "
+          "forward GEMMs run emulated in bf16 on the dequantized codes (the same numerics as the "
+          "CPU backend, without FP8's speed)",
+          gemm_.compute_capability());
     // sm_89's row-scaled FP8 route keeps its fp32 sums in the engine (GemmEngine).
     if (shapes.fp8_activations && gemm_.compute_capability() >= 89 && gemm_.rowwise_fp8_epilogue())
       ledger_.record("FP8 GEMM fp32 accumulator (sm_89)", MemCategory::Workspace,
