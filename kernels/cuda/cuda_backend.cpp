@@ -122,8 +122,8 @@ class CudaBackend final : public Backend {
     if (shapes.fp8_activations && gemm_.compute_capability() < 89)
       spdlog::warn(
           "FP8 GEMMs need compute capability 8.9+ (this GPU is sm_{}): the FP8 treatment's "
-          "forward GEMMs run emulated in bf16 on the dequantized codes (the same numerics as the "
-          "CPU backend, without FP8's speed)",
+          "forward GEMMs run emulated in bf16 on the dequantized codes (the same quantization, "
+          "without FP8's speed)",
           gemm_.compute_capability());
     // sm_89's row-scaled FP8 route keeps its fp32 sums in the engine (GemmEngine).
     if (shapes.fp8_activations && gemm_.compute_capability() >= 89 && gemm_.rowwise_fp8_epilogue())
