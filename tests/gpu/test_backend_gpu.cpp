@@ -42,7 +42,9 @@ struct Shape {
 TEST(GpuBackend, QuantizeAndDequantizeAreBitIdenticalToCpuForEveryGranularity) {
   ECO_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
-  const Shape shapes[] = {{1, 16}, {3, 40}, {130, 257}, {256, 384}};
+  // {5, 18}: rows of cols % 4 == 2 (Philox groups and INT4 bytes straddling rows); {3, 5}: an
+  // odd element count (the last INT4 byte half used).
+  const Shape shapes[] = {{1, 16}, {3, 40}, {5, 18}, {3, 5}, {130, 257}, {256, 384}};
   uint64_t seed = 5;
   for (QFormat f : {QFormat::E4M3, QFormat::E5M2, QFormat::INT8, QFormat::INT4})
     for (Granularity g : {Granularity::PerRow, Granularity::PerTensor, Granularity::Block128})

@@ -6,8 +6,8 @@
 // moment and master weight must carry the same bits, step after step.
 // The update works in place (codes, scales, m, v are inputs and outputs), so "poisoned outputs"
 // means: every device buffer sits inside 0xFF guard bands that must survive, and the buffers the
-// update must not write (the master weight outside Master, v under SGDM, PerTensor's scratch)
-// start all 0xFF (NaN) and must stay so. An element the kernel skipped would keep its old m and v,
+// update must not write (the master weight outside Master, v under SGDM) start all 0xFF (NaN)
+// and must stay so. An element the kernel skipped would keep its old m and v,
 // which every step changes, so the bit comparison catches it.
 #include <gtest/gtest.h>
 
@@ -154,9 +154,11 @@ void expect_update_matches_cpu(const UpdateCase& k) {
   const Guarded<float> d_scales(scales, k.offset);
   const Guarded<float> d_master(master ? w : poison_values<float>(size_t(n)), k.offset);
   const Guarded<S> d_m(m, k.offset), d_v(k.adamw ? v : poison_values<S>(size_t(n)), k.offset);
-  cuda::DeviceBuffer d_scratch(sizeof(float) * size_t(cuda::quantized_update_scratch_floats(
-                                                   k.rows, k.cols, k.format, k.granularity)));
-  poison(d_scratch);
+  // PerTensor's scratch (written by the update): guard bands around exactly the floats
+  // quantized_update_scratch_floats promises.
+  const Guarded<float> d_scratch(poison_values<float>(size_t(cuda::quantized_update_scratch_floats(
+                                     k.rows, k.cols, k.format, k.granularity))),
+                                 0);
 
   auto cpu = make_cpu_backend(DType::F32);
   const Tensor master_t = master ? Tensor{w.data(), {n}, DType::F32} : Tensor{};
@@ -176,13 +178,13 @@ void expect_update_matches_cpu(const UpdateCase& k) {
       cpu->quantized_adamw_update(q, master_t, grad_t, m_t, v_t, st, qs);
       ECO_CHECK_CUDA(cuda::quantized_adamw_update(adamw_coeffs(st), fq, k.policy, b,
                                                   d_scales.data(), k.rows, k.cols, k.granularity,
-                                                  d_scratch.get<float>(), nullptr, k.kernel));
+                                                  d_scratch.data(), nullptr, k.kernel));
     } else {
       const SgdmStep st{0.05f, 0.9f, 0.1f, 0.7f};
       cpu->quantized_sgdm_update(q, master_t, grad_t, m_t, st, qs);
       ECO_CHECK_CUDA(cuda::quantized_sgdm_update(sgdm_coeffs(st), fq, k.policy, b,
                                                  d_scales.data(), k.rows, k.cols, k.granularity,
-                                                 d_scratch.get<float>(), nullptr, k.kernel));
+                                                 d_scratch.data(), nullptr, k.kernel));
     }
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
     ASSERT_TRUE(same_bits(d_codes.host(), codes)) << "codes, step " << step;
@@ -192,7 +194,8 @@ void expect_update_matches_cpu(const UpdateCase& k) {
     ASSERT_TRUE(same_bits(d_master.host(), master ? w : poison_values<float>(size_t(n))))
         << "master, step " << step;
     for (auto guards : {d_codes.guards_intact(), d_scales.guards_intact(), d_master.guards_intact(),
-                        d_m.guards_intact(), d_v.guards_intact(), d_grad.guards_intact()})
+                        d_m.guards_intact(), d_v.guards_intact(), d_grad.guards_intact(),
+                        d_scratch.guards_intact()})
       ASSERT_TRUE(guards) << "step " << step;
     ASSERT_TRUE(same_bits(d_grad.host(), grad)) << "grad is read-only, step " << step;
   }
