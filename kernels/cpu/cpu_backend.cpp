@@ -286,7 +286,9 @@ class CpuBackend : public Backend {
 // operation may touch (plan_report never runs an op). With cuda_layout it reports the CUDA
 // backend's dtypes and shapes (bf16 activations, lse attention state) and workspaces (the same
 // names and bytes CudaBackend records: kernels/common/cuda_workspaces.h), except two small
-// scratches (the fp32 scratch of some kernels, which grows on first use, and sum_squares').
+// scratches (the fp32 scratch of some kernels, which grows on first use, and sum_squares') and
+// what depends on the GPU found at run time (sm_89's fp32 accumulator for the FP8 GEMMs: the
+// plan is an sm_90 plan).
 class PlanningBackend final : public CpuBackend<float> {
  public:
   explicit PlanningBackend(bool cuda_layout) : cuda_layout_(cuda_layout) {}
