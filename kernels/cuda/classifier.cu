@@ -57,8 +57,8 @@ __global__ void crossentropy_kernel(float* losses, bf16* dlogits, const bf16* lo
     if (x > p.m) {
       p.s = p.s * expf(p.m - x) + 1.0f;
       p.m = x;
-    } else {
-      p.s += expf(x - p.m);  // a NaN logit lands here and makes the loss NaN
+    } else if (x != -INFINITY) {  // adds exp(-inf) = 0; skipped, as exp(-inf - -inf) is NaN
+      p.s += expf(x - p.m);          // a NaN logit lands here and makes the loss NaN
     }
   };
   int v = threadIdx.x;

@@ -551,6 +551,33 @@ TEST(GpuClassifier, TargetOutOfRangeGivesNanLoss) {
   EXPECT_TRUE(std::isnan(losses[1]));
 }
 
+// A -inf logit adds nothing to the softmax, wherever a thread meets it (also first: the running
+// max is then -inf too, and exp(-inf - -inf) would be NaN). Losses and gradients as the CPU's.
+TEST(GpuClassifier, NegativeInfinityLogitsAddNothing) {
+  ECO_REQUIRE_GPU();
+  const int N = 3, V = 1000;
+  auto logits = bf16_randn(size_t(N) * V, 2.0f);
+  for (int col : {0, 5, 511, 512, 600})
+    for (int n = 0; n < N; ++n) {
+      logits.vals[size_t(n) * V + col] = -INFINITY;
+      logits.bits[size_t(n) * V + col] = 0xFF80;  // bf16 -inf
+    }
+  const std::vector<int32_t> targets = {1, 999, 300};
+  std::vector<float> losses(N), grad(logits.vals.size());
+  cpu::crossentropy_forward_backward(losses.data(), grad.data(), logits.vals.data(),
+                                     targets.data(), N, V, 1.0f);
+  auto d_logits = to_device(logits.bits), d_t = to_device(targets);
+  auto d_losses = poisoned(size_t(N) * sizeof(float));
+  ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(d_losses.get<float>(), d_logits.get<bf16>(),
+                                                     d_logits.get<bf16>(), d_t.get<int32_t>(), N, V,
+                                                     V, 1.0f));
+  sync();
+  const auto got = to_host<float>(d_losses, size_t(N));
+  for (float l : got) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_LT(rel_err(got, losses), kF32Tol);
+  EXPECT_LT(rel_err(bf16_to_host(d_logits, grad.size()), grad), kBf16Tol);
+}
+
 // Rows ld > V apart (the CUDA backend's padded logits, Backend::logits_stride): the same losses
 // and gradient bits as the packed rows, each row's padding columns of dlogits written zero
 // (poisoned with NaN before: the head's backward GEMM reads them), in place and out of place.
