@@ -3,8 +3,8 @@
 # kernel against its CPU twin, and the whole model against the CPU backend), the GPU benchmarks,
 # and short GPT-2 124M training runs (bf16-mw with the default attention path and with
 # ECO_CUDA_ATTENTION=mma, fp8-eco-sr); prints a summary table last. Full log
-# in the directory given as argument. Each part runs under a timeout (tests 220 + 40 s, each benchmark
-# 60 s, each training run 60 s: 560 s at worst, inside the GPU machine's 10-minute call); on an
+# in the directory given as argument. Each part runs under a timeout (tests 200 + 40 s, each benchmark
+# 50 s, each training run 45 s: 475 s at worst, inside the 8 minutes); on an
 # H200 with prebuilt binaries the whole script should take a few minutes.
 #   scripts/gpu_check.sh LOG_DIR
 # ECO_GPU_PREBUILT=DIR uses binaries built elsewhere (DIR/tests/eco_gpu_tests, DIR/eco-*-bench,
@@ -55,7 +55,7 @@ fi
 # GPU tests, in two processes: the kernels not yet verified on a GPU (the mma attention) run on
 # their own, so that a fault there (which poisons the CUDA context) cannot take the others along.
 unverified='GpuAttentionMma*'
-timeout 220 "$bin"/tests/eco_gpu_tests --gtest_filter="-$unverified" \
+timeout 200 "$bin"/tests/eco_gpu_tests --gtest_filter="-$unverified" \
   --gtest_output=xml:"$log_dir/gpu_tests.xml" >"$log_dir/gpu_tests.log" 2>&1
 tests_rc=$?
 timeout 40 "$bin"/tests/eco_gpu_tests --gtest_filter="$unverified" \
@@ -73,7 +73,7 @@ bench_out=$log_dir/benchmarks.log
 for b in eco-gemm-bench eco-update-bench; do
   if [ -x "$bin/$b" ]; then
     echo "== $b" >>"$bench_out"
-    timeout 60 "$bin/$b" >>"$bench_out" 2>&1 || echo "$b failed (exit $?)" >>"$bench_out"
+    timeout 50 "$bin/$b" >>"$bench_out" 2>&1 || echo "$b failed (exit $?)" >>"$bench_out"
   fi
 done
 cat "$bench_out" >>"$log"
@@ -99,7 +99,7 @@ if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-gpu.yaml --plan
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
       >"$log_dir/train_$tr.mem" 2>/dev/null &
     smi=$!
-    ECO_CUDA_ATTENTION=$attention timeout 60 "$bin"/eco-train configs/gpt2-124m-gpu.yaml \
+    ECO_CUDA_ATTENTION=$attention timeout 45 "$bin"/eco-train configs/gpt2-124m-gpu.yaml \
       --set precision.treatment="$treatment" \
       --set train.out_dir="$run_dir" --set train.profile=true >"$log_dir/train_$tr.log" 2>&1
     rc=$?
