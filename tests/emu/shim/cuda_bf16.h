@@ -1,0 +1,13 @@
+// Host emulation of the cuda_bf16.h pieces the kernels use: the conversions follow
+// kernels/common/bf16.h (RNE, NaN -> 0x7fff); they were checked equal to the real header's host
+// functions on all 2^32 floats when the emulator was written (tests/emu/README.md).
+#pragma once
+#include <cstdint>
+#include "cuda_runtime.h"
+#include "kernels/common/bf16.h"
+struct __nv_bfloat16 {
+  unsigned short x;
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {eco::float_to_bf16(f)}; }
+inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+inline float __bfloat162float(__nv_bfloat16 b) { return eco::bf16_to_float(b.x); }

@@ -1,0 +1,271 @@
+// Host emulation of the CUDA runtime pieces the kernels use (tests/emu; not CUDA, no GPU).
+// A launch runs its blocks one after another (grid x fastest, then y, then z; or reversed, to
+// expose inter-block order dependences), each block on one host thread per CUDA thread with a
+// real block barrier (__syncthreads) and real per-warp exchanges (__shfl_*_sync). Kernels free
+// of barriers and shuffles may run "sequential": every CUDA thread in turn on the calling host
+// thread (a barrier or shuffle in that mode aborts). Exited threads drop out of the block
+// barrier, as on the GPU; a shuffle that reads an exited lane aborts. Device memory is host
+// memory. The include directory holding this file comes first, so it replaces the real header.
+#pragma once
+#ifdef __CUDA_RUNTIME_H__
+#error "the real cuda_runtime.h was included before the emulator shim"
+#endif
+#define ECO_CUDA_EMU 1
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4
+};
+typedef struct CUstream_st* cudaStream_t;
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline const char* cudaGetErrorString(cudaError_t) { return "emu"; }
+inline const char* cudaGetErrorName(cudaError_t) { return "emuError"; }
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct uint3 { unsigned x, y, z; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline float2 make_float2(float a, float b) { return {a, b}; }
+inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+
+// Device math the kernels call unqualified.
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+
+namespace emu {
+inline thread_local uint3 tIdx, bIdx;
+inline thread_local dim3 bDim, gDim;
+inline thread_local bool sequential_thread = false;  // this host thread runs a sequential launch
+
+struct Block {  // state of the block being run (one block at a time)
+  unsigned n = 0;
+  std::optional<std::barrier<>> bar;
+  std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+  uint64_t vals[32][32];          // shuffle exchange, [warp][lane]
+  std::atomic<bool> exited[1024];  // per linear thread id
+  std::atomic<bool> any_exited{false};
+};
+inline Block* block = nullptr;
+
+// Settings of the next launches (set by the tests).
+inline bool sequential = false;      // run the next launches sequentially (no barrier allowed)
+inline bool reverse_blocks = false;  // run blocks in reverse order
+inline long launches = 0;
+// __syncthreads reached while a thread of the block had exited (a flag for debugging, racy)
+inline std::atomic<long> syncs_after_exit{0};
+
+inline int linear_tid() { return int(tIdx.x + tIdx.y * bDim.x + tIdx.z * bDim.x * bDim.y); }
+[[noreturn]] inline void die(const char* what) {
+  std::fprintf(stderr, "EMU ERROR: %s (block %u,%u,%u thread %u,%u,%u)\n", what, bIdx.x, bIdx.y,
+               bIdx.z, tIdx.x, tIdx.y, tIdx.z);
+  std::fflush(stderr);
+  std::abort();
+}
+
+// Every lane of the warp deposits its value, then reads lane `src`'s.
+template <class T>
+T exchange(T v, int src, bool keep_own) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  if (sequential_thread) die("warp shuffle in a sequential launch");
+  const int t = linear_tid(), w = t >> 5, l = t & 31;
+  Block& b = *block;
+  auto& bar = *b.warp_bars[size_t(w)];
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  b.vals[w][l] = bits;
+  bar.arrive_and_wait();
+  T r = v;
+  if (!keep_own) {
+    const int lanes = int(std::min<unsigned>(32u, b.n - unsigned(w) * 32u));
+    if (src >= lanes) die("shuffle source lane outside the block");
+    if (b.exited[w * 32 + src].load()) die("shuffle reads a lane that has exited");
+    const uint64_t rb = b.vals[w][src];
+    std::memcpy(&r, &rb, sizeof(T));
+  }
+  bar.arrive_and_wait();
+  return r;
+}
+}  // namespace emu
+
+#define threadIdx (emu::tIdx)
+#define blockIdx (emu::bIdx)
+#define blockDim (emu::bDim)
+#define gridDim (emu::gDim)
+
+inline void __syncthreads() {
+  if (emu::sequential_thread) emu::die("__syncthreads in a sequential launch");
+  if (emu::block->any_exited.load()) ++emu::syncs_after_exit;  // racy counter; a flag only
+  emu::block->bar->arrive_and_wait();
+}
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  if (emu::sequential_thread) emu::die("__syncwarp in a sequential launch");
+  const int w = emu::linear_tid() >> 5;
+  emu::block->warp_bars[size_t(w)]->arrive_and_wait();
+}
+template <class T>
+T __shfl_xor_sync(unsigned mask, T v, int o, int width = 32) {
+  if (mask != 0xffffffffu || width != 32) emu::die("only full-warp shuffles are emulated");
+  return emu::exchange(v, (emu::linear_tid() & 31) ^ o, false);
+}
+template <class T>
+T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  if (mask != 0xffffffffu || width != 32) emu::die("only full-warp shuffles are emulated");
+  return emu::exchange(v, src & 31, false);
+}
+template <class T>
+T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
+  if (mask != 0xffffffffu || width != 32) emu::die("only full-warp shuffles are emulated");
+  const int l = emu::linear_tid() & 31;
+  return emu::exchange(v, l + int(d) < 32 ? l + int(d) : l, l + int(d) >= 32);
+}
+[[noreturn]] inline void __trap() { emu::die("__trap"); }
+
+// The transform turns kernel<<<grid, block>>>(args) into
+// emu_launch(grid, block, [&](auto&&... a) { kernel(a...); }, args): the arguments are copied
+// once at the launch (as CUDA does) and every thread calls the kernel with its own copies (a
+// kernel may modify its by-value parameters); a templated kernel deduces its arguments as in CUDA.
+template <class K, class... A>
+void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
+  const std::tuple<std::decay_t<A>...> args(std::forward<A>(a)...);
+  ++emu::launches;
+  const unsigned n = block.x * block.y * block.z;
+  if (n == 0 || n > 1024) emu::die("block size must be 1..1024");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) emu::die("empty grid");
+  if (grid.y > 65535 || grid.z > 65535) emu::die("grid.y / grid.z above 65535");
+  if (block.z > 64) emu::die("block.z above 64");
+  const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
+  auto block_index = [&](uint64_t k) {
+    if (emu::reverse_blocks) k = blocks - 1 - k;
+    return uint3{unsigned(k % grid.x), unsigned(k / grid.x % grid.y),
+                 unsigned(k / (uint64_t(grid.x) * grid.y))};
+  };
+  if (emu::sequential) {
+    emu::sequential_thread = true;
+    emu::bDim = block;
+    emu::gDim = grid;
+    for (uint64_t k = 0; k < blocks; ++k) {
+      emu::bIdx = block_index(k);
+      for (unsigned z = 0; z < block.z; ++z)
+        for (unsigned y = 0; y < block.y; ++y)
+          for (unsigned x = 0; x < block.x; ++x) {
+            emu::tIdx = {x, y, z};
+            std::apply(kernel, args);
+          }
+    }
+    emu::sequential_thread = false;
+    return;
+  }
+  auto state = std::make_unique<emu::Block>();
+  emu::Block& b = *state;
+  b.n = n;
+  const unsigned warps = (n + 31) / 32;
+  auto setup = [&]() noexcept {  // before each block: fresh barriers, nobody exited
+    b.bar.emplace(std::ptrdiff_t(n));
+    b.warp_bars.clear();
+    for (unsigned w = 0; w < warps; ++w)
+      b.warp_bars.emplace_back(new std::barrier<>(std::ptrdiff_t(std::min(32u, n - w * 32))));
+    for (unsigned t = 0; t < n; ++t) b.exited[t].store(false);
+    b.any_exited.store(false);
+  };
+  setup();
+  emu::block = &b;
+  std::barrier end_of_block(std::ptrdiff_t(n), setup);
+  std::vector<std::thread> ts;
+  ts.reserve(n);
+  for (unsigned z = 0; z < block.z; ++z)
+    for (unsigned y = 0; y < block.y; ++y)
+      for (unsigned x = 0; x < block.x; ++x)
+        ts.emplace_back([&, x, y, z] {
+          emu::tIdx = {x, y, z};
+          emu::bDim = block;
+          emu::gDim = grid;
+          const int t = emu::linear_tid();
+          for (uint64_t k = 0; k < blocks; ++k) {
+            emu::bIdx = block_index(k);
+            std::apply(kernel, args);
+            // Exited: out of the block barrier and of the warp's exchanges.
+            b.exited[t].store(true);
+            b.any_exited.store(true);
+            b.bar->arrive_and_drop();
+            b.warp_bars[size_t(t >> 5)]->arrive_and_drop();
+            end_of_block.arrive_and_wait();
+          }
+        });
+  for (auto& th : ts) th.join();
+  emu::block = nullptr;
+}
+
+// Device memory is host memory.
+inline cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  std::memcpy(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k,
+                                   cudaStream_t = nullptr) {
+  return cudaMemcpy(d, s, n, k);
+}
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) {
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+// Vector accesses (the transform routes reinterpret_cast<V*> through this): the address must be
+// aligned to the access size, as the GPU requires.
+template <class T, size_t kAlign, class P>
+T* emu_al(P* p) {
+  if (reinterpret_cast<uintptr_t>(p) % kAlign != 0) {
+    std::fprintf(stderr, "EMU ERROR: misaligned %zu-byte vector access at %p\n", kAlign,
+                 static_cast<const void*>(p));
+    std::abort();
+  }
+  return reinterpret_cast<T*>(p);
+}

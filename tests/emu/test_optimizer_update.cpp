@@ -1,0 +1,211 @@
+// kernels/cuda/optimizer_update.cu (emulated: one host thread per CUDA thread, real barriers and
+// warp shuffles) against the CPU driver quantized_update_matrix, bit for bit, as
+// tests/gpu/test_update_gpu.cu does on a GPU: codes, scales, m, v, master weights over 3 steps,
+// for AdamW / SGDM x master / naive / ECO x RTN / SR (fp32 state; bf16 once), buffers aligned and
+// one element off, 0xFF guard bands around every buffer and NaN past the scratch. A subset of the
+// formats x granularities x kernels x ragged widths, sized to run in CI on two cores.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "emu_common.h"
+#include "kernels/cuda/optimizer_update.cuh"
+#include "model/backend.h"
+#include "optim/quantized_update.h"
+#include "quant/qtensor.h"
+
+namespace {
+
+using namespace eco;
+using cuda::GroupKernel;
+using emuh::Guarded;
+
+template <class T>
+std::vector<T> poison_values(size_t n) {
+  std::vector<T> v(n);
+  std::memset(v.data(), 0xFF, n * sizeof(T));
+  return v;
+}
+template <class S>
+std::vector<S> to_state(const std::vector<float>& x) {
+  std::vector<S> s(x.size());
+  for (size_t i = 0; i < x.size(); ++i) s[i] = from_f32<S>(x[i]);
+  return s;
+}
+
+// One (rule, policy, rounding, format, granularity, shape, kernel, offset, state) case, 3 steps.
+// bias_step > 0: AdamW's bias corrections of that step (a late step, ~1), every step.
+template <class S>
+void run_case(emuh::Tally& tally, bool adamw, UpdatePolicy policy, Rounding rounding,
+              QFormat format, Granularity gran, int64_t rows, int64_t cols, GroupKernel kernel,
+              size_t offset, int64_t bias_step) {
+  ++tally.cases;
+  const int64_t n = rows * cols;
+  const uint64_t seed = 1000 * uint64_t(n) + 17 * uint64_t(policy) + uint64_t(rounding);
+  const bool master = policy == UpdatePolicy::Master;
+  std::vector<float> w = emuh::randn(size_t(n), seed, 0.05f);
+  std::vector<uint8_t> codes(size_t(code_bytes(format, n)));
+  std::vector<float> scales(size_t(num_scales(gran, rows, cols)));
+  QTensor q = qtensor_view(format, gran, rows, cols, codes.data(), scales.data());
+  quantize(w.data(), q, Rounding::RTN, seed, 0, 3);
+  std::vector<S> m = to_state<S>(emuh::randn(size_t(n), seed + 1, 1e-3f));
+  std::vector<float> v2 = emuh::randn(size_t(n), seed + 2, 1e-3f);
+  for (auto& x : v2) x *= x;
+  std::vector<S> v = to_state<S>(v2);
+  Guarded<uint8_t> d_codes(codes, offset);
+  Guarded<float> d_scales(scales, offset * sizeof(float));
+  Guarded<float> d_master(master ? w : poison_values<float>(size_t(n)), offset * sizeof(float));
+  Guarded<S> d_m(m, offset * sizeof(S));
+  Guarded<S> d_v(adamw ? v : poison_values<S>(size_t(n)), offset * sizeof(S));
+  const size_t scratch_n = size_t(cuda::quantized_update_scratch_floats(rows, cols, format, gran));
+  std::vector<float> scratch(scratch_n + 16, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> cpu_master = w;
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<float> grad = emuh::randn(size_t(n), seed + 10 + uint64_t(step), 0.01f);
+    Guarded<float> d_grad(grad, offset * sizeof(float));
+    const FormatQuantizer fq{format, rounding, 4242, uint64_t(step), 9};
+    const QuantizedUpdateBuffers<S, float> hb{codes.data(), master ? cpu_master.data() : nullptr,
+                                              grad.data(), m.data(), adamw ? v.data() : nullptr};
+    const QuantizedUpdateBuffers<S, float> db{d_codes.data(), d_master.data(), d_grad.data(),
+                                              d_m.data(), d_v.data()};
+    cudaError_t e;
+    if (adamw) {
+      const int64_t t = bias_step > 0 ? bias_step : step;
+      const AdamWCoeffs c = adamw_coeffs({5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t});
+      quantized_update_matrix(AdamWRule{c}, fq, policy, hb, scales.data(), rows, cols, gran);
+      e = cuda::quantized_adamw_update(c, fq, policy, db, d_scales.data(), rows, cols, gran,
+                                       scratch.data(), nullptr, kernel);
+    } else {
+      const SgdmCoeffs c = sgdm_coeffs({0.05f, 0.9f, 0.1f, 0.7f});
+      quantized_update_matrix(SgdmRule{c}, fq, policy, hb, scales.data(), rows, cols, gran);
+      e = cuda::quantized_sgdm_update(c, fq, policy, db, d_scales.data(), rows, cols, gran,
+                                      scratch.data(), nullptr, kernel);
+    }
+    long first = -1;
+    std::string bad;
+    auto diff = [&](const char* what, long k) {
+      if (k)
+        bad += std::string(" ") + what + "(" + std::to_string(k) + " differ, first " +
+               std::to_string(first) + ")";
+    };
+    if (e != cudaSuccess) bad += " launch-error";
+    diff("codes", emuh::differ(d_codes.host(), codes, &first));
+    diff("scales", emuh::differ(d_scales.host(), scales, &first));
+    diff("m", emuh::differ(d_m.host(), m, &first));
+    diff("v", emuh::differ(d_v.host(), adamw ? v : poison_values<S>(size_t(n)), &first));
+    diff("master", emuh::differ(d_master.host(),
+                                master ? cpu_master : poison_values<float>(size_t(n)), &first));
+    if (!d_codes.guards_intact() || !d_scales.guards_intact() || !d_master.guards_intact() ||
+        !d_m.guards_intact() || !d_v.guards_intact() || !d_grad.guards_intact())
+      bad += " guards";
+    for (size_t i = scratch_n; i < scratch.size(); ++i)
+      if (!std::isnan(scratch[i])) {
+        bad += " scratch-overrun";
+        break;
+      }
+    if (!bad.empty()) {
+      tally.fail(std::string(adamw ? "adamw" : "sgdm") + " policy " + std::to_string(int(policy)) +
+                 (rounding == Rounding::SR ? " sr " : " rtn ") + qformat_name(format) + " " +
+                 granularity_name(gran) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                 " kernel " + std::to_string(int(kernel)) + " offset " + std::to_string(offset) +
+                 " bias_step " + std::to_string(bias_step) + " state " +
+                 (sizeof(S) == 4 ? "f32" : "bf16") + " step " + std::to_string(step) + ":" + bad);
+      return;
+    }
+  }
+}
+
+using Shapes = std::vector<std::pair<int64_t, int64_t>>;
+
+enum class States { F32, F32AndBf16 };
+
+// Every rule x policy x rounding (x state type), aligned and one element off (when the width
+// keeps rows aligned), on each shape the kernel fits. Returns the number of cases run.
+int all_variants(QFormat format, Granularity gran, const Shapes& shapes, GroupKernel kernel,
+                 int64_t bias_step = 0, States states = States::F32) {
+  emuh::Tally tally;
+  for (auto [rows, cols] : shapes) {
+    if (!cuda::group_kernel_fits(kernel, gran, rows, cols)) continue;
+    for (size_t offset : {size_t(0), size_t(1)}) {
+      if (offset == 1 && (cols % 4 != 0 || gran == Granularity::PerTensor)) continue;
+      for (bool adamw : {true, false})
+        for (auto policy : {UpdatePolicy::Master, UpdatePolicy::Naive, UpdatePolicy::Eco})
+          for (auto rounding : {Rounding::RTN, Rounding::SR}) {
+            if (bias_step > 0 && !adamw) continue;
+            run_case<float>(tally, adamw, policy, rounding, format, gran, rows, cols, kernel,
+                            offset, bias_step);
+            if (states == States::F32AndBf16)
+              run_case<uint16_t>(tally, adamw, policy, rounding, format, gran, rows, cols, kernel,
+                                 offset, bias_step);
+          }
+    }
+  }
+  return tally.cases;
+}
+
+constexpr GroupKernel kRowKernels[] = {GroupKernel::TwoPass, GroupKernel::Registers4,
+                                       GroupKernel::Registers8, GroupKernel::Registers16};
+
+}  // namespace
+
+TEST(EmuQuantizedUpdate, E4m3PerRowMatchesCpuDriver) {
+  EXPECT_GT(all_variants(QFormat::E4M3, Granularity::PerRow,
+                         {{5, 1}, {5, 31}, {5, 768}, {5, 769}, {3, 5000}}, GroupKernel::Auto),
+            0);
+}
+
+TEST(EmuQuantizedUpdate, Bf16StatePerRowMatchesCpuDriver) {
+  EXPECT_GT(all_variants(QFormat::E4M3, Granularity::PerRow, {{5, 31}, {9, 36}}, GroupKernel::Auto,
+                         0, States::F32AndBf16),
+            0);
+}
+
+TEST(EmuQuantizedUpdate, E4m3PerRowEveryGroupKernelMatchesCpuDriver) {
+  for (GroupKernel k : kRowKernels)
+    EXPECT_GT(all_variants(QFormat::E4M3, Granularity::PerRow, {{5, 769}, {9, 36}}, k), 0);
+}
+
+TEST(EmuQuantizedUpdate, Int4PerRowMatchesCpuDriver) {
+  EXPECT_GT(all_variants(QFormat::INT4, Granularity::PerRow, {{5, 2}, {5, 30}, {5, 770}, {9, 36}},
+                         GroupKernel::Auto),
+            0);
+  EXPECT_GT(all_variants(QFormat::INT4, Granularity::PerRow, {{5, 766}}, GroupKernel::Registers8),
+            0);
+}
+
+TEST(EmuQuantizedUpdate, Block128MatchesCpuDriver) {
+  EXPECT_GT(all_variants(QFormat::E4M3, Granularity::Block128, {{1, 16}, {7, 33}, {129, 130}},
+                         GroupKernel::Auto),
+            0);
+  EXPECT_GT(
+      all_variants(QFormat::INT4, Granularity::Block128, {{7, 34}, {129, 130}}, GroupKernel::Auto),
+      0);
+}
+
+TEST(EmuQuantizedUpdate, PerTensorMatchesCpuDriver) {
+  EXPECT_GT(all_variants(QFormat::E4M3, Granularity::PerTensor, {{1, 1}, {7, 33}, {41, 301}},
+                         GroupKernel::Auto),
+            0);
+  EXPECT_GT(
+      all_variants(QFormat::INT4, Granularity::PerTensor, {{1, 16}, {7, 33}}, GroupKernel::Auto),
+      0);
+}
+
+// Bias corrections of step 100000 (~1): the register kernels' late-step specialisations.
+TEST(EmuQuantizedUpdate, LateStepMatchesCpuDriver) {
+  EXPECT_GT(all_variants(QFormat::E4M3, Granularity::PerRow, {{5, 769}, {9, 36}}, GroupKernel::Auto,
+                         100000),
+            0);
+  for (GroupKernel k : kRowKernels)
+    EXPECT_GT(all_variants(QFormat::E4M3, Granularity::PerRow, {{5, 768}}, k, 100000), 0);
+  EXPECT_GT(all_variants(QFormat::INT4, Granularity::PerRow, {{5, 770}}, GroupKernel::Auto, 100000),
+            0);
+  EXPECT_GT(
+      all_variants(QFormat::E4M3, Granularity::Block128, {{129, 130}}, GroupKernel::Auto, 100000),
+      0);
+  EXPECT_GT(
+      all_variants(QFormat::E4M3, Granularity::PerTensor, {{7, 33}}, GroupKernel::Auto, 100000), 0);
+}
