@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/common/attention_mma_shapes.h"
 
 namespace eco {
 

@@ -47,8 +47,10 @@ inline size_t fp8_activation_bytes(int64_t N, int64_t C) {
 }
 
 // The reservation for a model's shapes, in bytes per workspace (0: not needed).
+// fp8_accumulator_sm89: the fp32 sums (N, widest OC) of sm_89's row-scaled FP8 forward (a unit-
+// scaled FP8 GEMM, then the scales; GemmEngine), reserved only on compute capability 8.9.
 struct Reservation {
-  size_t attention_scores = 0, weight_bf16 = 0, fp8_activations = 0;
+  size_t attention_scores = 0, weight_bf16 = 0, fp8_activations = 0, fp8_accumulator_sm89 = 0;
 };
 inline Reservation reservation(const WorkspaceShapes& w) {
   Reservation r;
@@ -58,7 +60,10 @@ inline Reservation reservation(const WorkspaceShapes& w) {
   if (pads_output_channels(w.d_model, w.vocab))
     weight = std::max<int64_t>(weight, int64_t(padded_channels(w.vocab)) * w.d_model);
   r.weight_bf16 = sizeof(uint16_t) * size_t(weight);
-  if (w.fp8_activations) r.fp8_activations = fp8_activation_bytes(w.tokens, w.widest_linear_in);
+  if (w.fp8_activations) {
+    r.fp8_activations = fp8_activation_bytes(w.tokens, w.widest_linear_in);
+    r.fp8_accumulator_sm89 = sizeof(float) * size_t(w.tokens) * size_t(w.widest_linear_out);
+  }
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "kernels/common/adamw.h"
 #include "kernels/common/bf16.h"
+#include "kernels/common/cuda_attention.h"
 #include "kernels/common/eco_update.h"
 #include "kernels/common/format_quantizer.h"
 #include "kernels/common/qformat.h"
@@ -288,7 +289,7 @@ class CpuBackend : public Backend {
 // names and bytes CudaBackend records: kernels/common/cuda_workspaces.h), except two small
 // scratches (the fp32 scratch of some kernels, which grows on first use, and sum_squares') and
 // what depends on the GPU found at run time (sm_89's fp32 accumulator for the FP8 GEMMs: the
-// plan is an sm_90 plan).
+// plan is an sm_90 plan; plan_report adds the accumulator as a note).
 class PlanningBackend final : public CpuBackend<float> {
  public:
   explicit PlanningBackend(bool cuda_layout) : cuda_layout_(cuda_layout) {}
@@ -308,7 +309,13 @@ class PlanningBackend final : public CpuBackend<float> {
     auto rec = [&](const char* name, size_t bytes) {
       if (bytes) ledger_.record(name, MemCategory::Workspace, bytes);
     };
-    rec("attention scores (GEMM path)", r.attention_scores);
+    // As CudaBackend: the GEMM path's score scratch unless ECO_CUDA_ATTENTION picks the mma path
+    // and it takes the model's shapes.
+    if (choose_cuda_attention(parse_cuda_attention(std::getenv("ECO_CUDA_ATTENTION")),
+                              attention_mma_shape_ok(1, shapes.seq_len, shapes.d_model,
+                                                     shapes.n_head),
+                              true) == CudaAttention::Gemm)
+      rec("attention scores (GEMM path)", r.attention_scores);
     rec("bf16 weight for the GEMMs", r.weight_bf16);
     rec("FP8 activation codes + scales", r.fp8_activations);
   }

@@ -43,6 +43,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kernels/common/attention_mma_shapes.h"
 #include "kernels/cuda/attention_gemm.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -55,7 +56,7 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockRows = 16 * kWarps;  // the rows a block owns: queries (fwd, dq), keys (dkdv)
-constexpr int kMaxT = 65535 * kBlockRows;  // tiles along grid z
+static_assert(kBlockRows == kMmaAttentionRows, "attention_mma_shape_ok's tile rows");
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr size_t kDefaultSmem = 48 * 1024;
@@ -491,8 +492,6 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 bool aligned16(const void* p) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-bool head_size_compiled(int hs) { return hs == 32 || hs == 64 || hs == 128; }
-
 // 1/sqrt(hs) in fp32, as the CPU twin and the other paths compute it.
 float score_scale(int hs) { return 1.0f / std::sqrt(float(hs)); }
 
@@ -558,9 +557,7 @@ cudaError_t launch_backward(bf16* dqkv, const float* D, const bf16* dout, const 
 
 bool attention_mma_supported(int B, int T, int C, int NH,
                              std::initializer_list<const void*> matrices) {
-  if (B < 1 || T < 1 || NH < 1 || B > 65535 || T > kMaxT || C < NH || C % NH != 0 ||
-      !head_size_compiled(C / NH))
-    return false;
+  if (!attention_mma_shape_ok(B, T, C, NH)) return false;
   for (const void* p : matrices)
     if (!aligned16(p)) return false;
   return true;

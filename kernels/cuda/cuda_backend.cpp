@@ -126,10 +126,10 @@ class CudaBackend final : public Backend {
           "without FP8's speed)",
           gemm_.compute_capability());
     // sm_89's row-scaled FP8 route keeps its fp32 sums in the engine (GemmEngine).
-    if (shapes.fp8_activations && gemm_.compute_capability() >= 89 && gemm_.rowwise_fp8_epilogue())
+    if (r.fp8_accumulator_sm89 && gemm_.compute_capability() >= 89 &&
+        gemm_.rowwise_fp8_epilogue())
       ledger_.record("FP8 GEMM fp32 accumulator (sm_89)", MemCategory::Workspace,
-                     gemm_.reserve_fp8_accumulator(size_t(shapes.tokens) *
-                                                   size_t(shapes.widest_linear_out)));
+                     gemm_.reserve_fp8_accumulator(r.fp8_accumulator_sm89 / sizeof(float)));
   }
   int logits_stride(int V, int C) const override {
     return cuda_ws::pads_output_channels(C, V) ? cuda_ws::padded_channels(V) : V;

@@ -29,7 +29,8 @@ namespace eco::cuda {
 
 // Eight consecutive bf16 values per thread, moved as one 16-byte access when `vec` (every buffer
 // 16-byte aligned) and the chunk is whole; the ragged tail and misaligned buffers go element by
-// element. Arithmetic is fp32; each output is rounded once.
+// element. Arithmetic is fp32; each output is rounded once. Element k of a 16-byte vector is bits
+// 16 * (k % 2) of word k / 2 (little-endian), unpacked with shifts rather than pointer punning.
 constexpr int kBf16Chunk = 8;
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -38,8 +39,9 @@ __device__ inline void load_chunk(float (&x)[kBf16Chunk], const __nv_bfloat16* p
                                   bool vec) {
   if (vec && count == kBf16Chunk) {
     const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&u);
-    for (int k = 0; k < kBf16Chunk; k++) x[k] = __bfloat162float(b[k]);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    for (int k = 0; k < kBf16Chunk; k++)
+      x[k] = __bfloat162float(__ushort_as_bfloat16(uint16_t(w[k / 2] >> (16 * (k % 2)))));
   } else {
     for (int k = 0; k < kBf16Chunk; k++) x[k] = k < count ? __bfloat162float(p[k]) : 0.0f;
   }
@@ -48,10 +50,10 @@ __device__ inline void load_chunk(float (&x)[kBf16Chunk], const __nv_bfloat16* p
 __device__ inline void store_chunk(__nv_bfloat16* p, const float (&x)[kBf16Chunk], int count,
                                    bool vec) {
   if (vec && count == kBf16Chunk) {
-    uint4 u;
-    __nv_bfloat16* b = reinterpret_cast<__nv_bfloat16*>(&u);
-    for (int k = 0; k < kBf16Chunk; k++) b[k] = __float2bfloat16_rn(x[k]);
-    *reinterpret_cast<uint4*>(p) = u;
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+    for (int k = 0; k < kBf16Chunk; k++)
+      w[k / 2] |= uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(x[k]))) << (16 * (k % 2));
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
     for (int k = 0; k < kBf16Chunk; k++)
       if (k < count) p[k] = __float2bfloat16_rn(x[k]);

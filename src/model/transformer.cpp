@@ -89,7 +89,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   }
 
   // The backend's own workspaces for these shapes (CUDA: attention scores, padded logits, ...).
-  WorkspaceShapes shapes;
+  WorkspaceShapes& shapes = shapes_;
   shapes.tokens = N;
   shapes.seq_len = int(T);
   shapes.d_model = int(C);

@@ -44,6 +44,8 @@ class Transformer {
   const Tensor& forward_logits(const int32_t* inputs, int B, int T);
   // Row stride of the logits (Backend::logits_stride: V, or V padded for the CUDA GEMMs).
   int64_t logits_stride() const { return logits_ld_; }
+  // The largest shapes the model runs, as given to Backend::reserve_workspaces.
+  const WorkspaceShapes& workspace_shapes() const { return shapes_; }
 
  private:
   // Indices into the parameter table of one block's parameters (-1: absent in this family).
@@ -106,6 +108,7 @@ class Transformer {
   std::vector<std::string> forward_range_, backward_range_;
   Tensor norm_f_, norm_f_mean_, norm_f_rstd_;
   Tensor logits_;              // (N, logits_ld_); holds dlogits after the loss with gradient
+  WorkspaceShapes shapes_;
   int logits_ld_ = 0;          // row stride of logits_: V, or V padded (Backend::logits_stride)
   // backward scratch, shared by all layers (act_dtype; d_att_scratch_ in dtype)
   Tensor d_resid_, d_norm_, d_qkv_, d_qkv_rope_, d_atty_, d_fc_, d_act_, d_att_scratch_,

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/common/cuda_workspaces.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 
@@ -410,6 +411,13 @@ std::string plan_report(const Config& cfg) {
   if (q > 0)
     s += fmt::format("static bytes per quantized parameter: {:.3f}  ({} quantized parameters)\n",
                      double(ledger.static_bytes_quantizable()) / double(q), q);
+  // What the CUDA plan (an sm_90 plan) cannot know: the GPU found at run time.
+  const cuda_ws::Reservation r = cuda_ws::reservation(model.workspace_shapes());
+  if (cfg.device == "cuda" && r.fp8_accumulator_sm89)
+    s += fmt::format(
+        "on sm_89 GPUs the FP8 forward also reserves an fp32 accumulator of {:.1f} MiB "
+        "(workspace, not in the table above)\n",
+        double(r.fp8_accumulator_sm89) / double(1 << 20));
   return s;
 }
 

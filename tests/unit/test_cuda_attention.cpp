@@ -52,5 +52,22 @@ TEST(CudaAttentionChoice, GemmAndFlashRequestsNeverTakeMma) {
   EXPECT_EQ(choose_cuda_attention(CudaAttention::Flash, true, true), CudaAttention::Flash);
 }
 
+// The mma path's shapes: head sizes 32, 64, 128 only; grid limits on B (y) and T's 64-row tiles
+// (z).
+TEST(CudaAttentionChoice, MmaShapesAreTheCompiledHeadSizesWithinTheGridLimits) {
+  for (int hs : {32, 64, 128}) EXPECT_TRUE(attention_mma_shape_ok(8, 1024, 12 * hs, 12)) << hs;
+  for (int hs : {8, 16, 48, 80, 96, 256}) EXPECT_FALSE(attention_mma_shape_ok(8, 1024, 4 * hs, 4)) << hs;
+  EXPECT_TRUE(attention_mma_shape_ok(1, 1, 64, 1));
+  EXPECT_FALSE(attention_mma_shape_ok(1, 1, 65, 1));   // C % NH == 0 but hs 65
+  EXPECT_FALSE(attention_mma_shape_ok(1, 1, 130, 4));  // C % NH != 0
+  EXPECT_FALSE(attention_mma_shape_ok(0, 16, 64, 1));
+  EXPECT_FALSE(attention_mma_shape_ok(1, 0, 64, 1));
+  EXPECT_FALSE(attention_mma_shape_ok(1, 16, 64, 0));
+  EXPECT_TRUE(attention_mma_shape_ok(65535, 16, 64, 1));
+  EXPECT_FALSE(attention_mma_shape_ok(65536, 16, 64, 1));
+  EXPECT_TRUE(attention_mma_shape_ok(1, 65535 * 64, 64, 1));
+  EXPECT_FALSE(attention_mma_shape_ok(1, 65535 * 64 + 1, 64, 1));
+}
+
 }  // namespace
 }  // namespace eco

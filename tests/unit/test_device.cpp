@@ -2,6 +2,7 @@
 // (this build has no CUDA backend, or no CUDA GPU is visible); --plan works for either device.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -97,6 +98,55 @@ TEST(Device, CudaPlanReservesTheCudaWorkspacesOfTheModelShapes) {
   EXPECT_EQ(bytes_of(*cpu, "attention scores (GEMM path)"), 0u);
   EXPECT_EQ(bytes_of(*cpu, "logits"), 4ull * N * 50257);
   EXPECT_EQ(bytes_of(*cpu, "cublaslt workspace"), 0u);
+}
+
+// The plan follows ECO_CUDA_ATTENTION as the CUDA backend does: the GEMM path's score scratch is
+// planned unless the mma path is requested and takes the model's shapes (hs 64 here; not hs 8).
+TEST(Device, CudaPlanLeavesOutTheScoreScratchWhenTheMmaPathRuns) {
+  const char* old = std::getenv("ECO_CUDA_ATTENTION");
+  const std::string saved = old ? old : "";
+  auto scores = [](int d_model, const char* request) {
+    setenv("ECO_CUDA_ATTENTION", request, 1);
+    ModelConfig m;
+    m.n_layer = 1;
+    m.n_head = 2;
+    m.d_model = d_model;
+    m.vocab_size = 64;
+    m.seq_len = 64;
+    auto gpu = make_planning_backend("cuda");
+    Transformer model(m, *gpu, 2);
+    uint64_t b = 0;
+    for (const auto& e : gpu->ledger().entries())
+      if (e.name == "attention scores (GEMM path)") b += e.bytes;
+    return b;
+  };
+  const uint64_t gemm = 2 * 64 * 64 * (4 + 2);  // NH * T * ld, fp32 S and bf16 P
+  EXPECT_EQ(scores(128, "auto"), gemm);
+  EXPECT_EQ(scores(128, "gemm"), gemm);
+  EXPECT_EQ(scores(128, "mma"), 0u);
+  EXPECT_EQ(scores(16, "mma"), 2u * 64 * 64 * (4 + 2));  // hs 8: mma cannot, gemm can
+  if (old)
+    setenv("ECO_CUDA_ATTENTION", saved.c_str(), 1);
+  else
+    unsetenv("ECO_CUDA_ATTENTION");
+}
+
+// The CUDA plan is an sm_90 plan; under an FP8 treatment it notes sm_89's fp32 accumulator of
+// the row-scaled FP8 forward: N * widest OC * 4 bytes = 2048 * 3072 * 4 = 24 MiB here.
+TEST(Device, CudaPlanNotesTheSm89Fp32AccumulatorOfFp8Treatments) {
+  const std::string model =
+      "\nmodel: {n_layer: 1, n_head: 12, d_model: 768, vocab_size: 256, seq_len: 1024}"
+      "\ndata: {source: synthetic}\ntrain: {batch_size: 2, max_steps: 1}\n";
+  const std::string note = "on sm_89 GPUs the FP8 forward also reserves an fp32 accumulator of";
+  const std::string fp8 = plan_report(
+      parse_config("device: cuda\nprecision: {treatment: fp8-eco-sr}" + model, "cfg.yaml"));
+  EXPECT_NE(fp8.find(note + " 24.0 MiB"), std::string::npos) << fp8;
+  const std::string bf16 = plan_report(
+      parse_config("device: cuda\nprecision: {treatment: bf16-mw}" + model, "cfg.yaml"));
+  EXPECT_EQ(bf16.find(note), std::string::npos) << bf16;
+  const std::string cpu = plan_report(
+      parse_config("device: cpu\nprecision: {treatment: fp8-eco-sr}" + model, "cfg.yaml"));
+  EXPECT_EQ(cpu.find(note), std::string::npos) << cpu;
 }
 
 }  // namespace

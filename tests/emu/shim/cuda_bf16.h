@@ -11,3 +11,5 @@ struct __nv_bfloat16 {
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {eco::float_to_bf16(f)}; }
 inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
 inline float __bfloat162float(__nv_bfloat16 b) { return eco::bf16_to_float(b.x); }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return {u}; }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.x; }
