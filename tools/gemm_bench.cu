@@ -23,6 +23,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/rel_err.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_gemm.cuh"
 #include "kernels/cuda/attention_mma.cuh"
@@ -199,17 +200,6 @@ std::vector<float> bf16_to_host(const DeviceBuffer& d) {
   return v;
 }
 
-// ||a - b|| / ||b||, inf when a has a NaN or inf, NaN without a reference (b empty).
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return NAN;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1.0));
-}
 
 enum class AttnPath { Gemm, Flash, Mma };
 const char* attn_path_name(AttnPath p) {
@@ -300,7 +290,8 @@ void bench_attention(GemmEngine& engine, int reps) {
       ECO_CHECK_CUDA(cudaDeviceSynchronize());
       const std::vector<float> out = bf16_to_host(sets[0].out), grad = bf16_to_host(dqkv);
       if (p == AttnPath::Gemm) ref_out = out, ref_grad = grad;
-      const double out_diff = rel_diff(out, ref_out), grad_diff = rel_diff(grad, ref_grad);
+      const double out_diff = eco::rel_err(out, ref_out);
+      const double grad_diff = eco::rel_err(grad, ref_grad);
       // Timed: the forward over the sets (refreshing each set's out and lse), then the backward
       // (accumulating into dqkv: the values grow by one gradient per call, harmlessly).
       const float fwd_us = time_rotating([&](int i) { forward(p, sets[size_t(i)]); }, kSets, reps);

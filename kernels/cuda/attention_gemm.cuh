@@ -62,8 +62,9 @@ cudaError_t attention_causal_softmax(__nv_bfloat16* P, float* lse, const float* 
 // same S bits.
 cudaError_t attention_causal_probs(__nv_bfloat16* P, const float* S, const float* lse, int NH,
                                    int T, int64_t ld, cudaStream_t s = nullptr);
-// dS[r, j] = P[r, j] * (dP[r, j] - D[r]) for j <= t, in place over P (bf16). Entries j > t are
-// not touched: P holds zeros there, which are dS's zeros too.
+// dS[r, j] = P[r, j] * (dP[r, j] - D[r]) for j <= t, in place over P (bf16). Entries j > t stay
+// zero: the 4-column groups that straddle t write zeros past it (where P already holds zeros,
+// which are dS's zeros too), and the columns from the next group on are not touched.
 cudaError_t attention_softmax_backward(__nv_bfloat16* P_to_dS, const float* dP, const float* D,
                                        int NH, int T, int64_t ld, cudaStream_t s = nullptr);
 // D (B, NH, T) = per head, the dot product of dout and out rows: D[b, h, t] =

@@ -249,12 +249,11 @@ __global__ void __launch_bounds__(kRegisterTeamThreads)
   // 1. Every load first, so that all of them are in flight together.
   float grad[kElems] = {}, w[kElems] = {};
   S m[kElems] = {}, v[kElems] = {};
-  uint32_t words[kQuads];
+  uint32_t words[kQuads] = {};
 #pragma unroll
   for (int j = 0; j < kQuads; ++j) {
     int64_t i0;
     const int count = map.locate(j, &i0);
-    words[j] = 0;
     if (count == 0) continue;
     load_values<kVec>(b.grad, i0, count, grad + 4 * j);
     load_values<kVec>(b.m, i0, count, m + 4 * j);

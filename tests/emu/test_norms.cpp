@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rel_err.h"
 #include "emu_common.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/elementwise.cuh"
@@ -25,16 +26,7 @@ namespace ec = eco::cuda;
 
 bf16* B(Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); }
 
-// Norm-wise relative error ||a - b|| / ||b|| (as tests/gpu/gpu_test.h).
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
+using eco::rel_err;  // src/core/rel_err.h
 
 enum Kind { LN, LN_NOBIAS, RMS };
 const char* kind_name(Kind k) { return k == LN ? "ln" : k == LN_NOBIAS ? "ln-nobias" : "rms"; }

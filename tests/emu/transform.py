@@ -1,12 +1,22 @@
 #!/usr/bin/env python3
 """Rewrites a .cu / .cuh for the host emulator (tests/emu/shim/cuda_runtime.h); run at build time.
 
-  kernel<<<grid, block[, smem[, stream]]>>>(args)
+  kernel<<<grid, block[, 0[, stream]]>>>(args)
       ->  emu_launch(dim3(grid), dim3(block), [&](auto&&... emu_a) { kernel(emu_a...); }, args)
+  kernel<<<grid, block, smem[, stream]>>>(args)   (dynamic shared memory)
+      ->  emu_launch_dyn(dim3(grid), dim3(block), size_t(smem), "kernel", &kernel,
+                         [&](auto&&... emu_a) { kernel(emu_a...); }, args)
+  extern __shared__ [__align__(n)] T name[];
+      ->  T* const name = emu_dynamic_smem<T, n>();   (the block's dynamic shared memory)
+  asm [volatile]("mnemonic operands;" : outputs : inputs [: clobbers]);
+      ->  emu::ptx::mnemonic_with_underscores(operands);   (shim/emu_ptx.h)
   reinterpret_cast<[const] V*>(p), V a vector / wide type  ->  emu_al<[const] V, sizeof(V)>(p)
 
 The launch parser is bracket-aware (grids like dim3(f(a, b), c) and templated kernel names).
-A launch with a non-zero dynamic shared memory size is refused (not emulated).
+An asm statement holds one instruction; its operands ({%0, %1} vectors, [%2] addresses, %3
+registers, integer immediates) become the call's arguments in order, each %N replaced by the
+C++ expression bound to it (outputs first, then inputs, as GCC numbers them), so outputs bind to
+the emulation's reference parameters. An instruction not in PTX_EMULATED stops the build.
 The output opens with a check that the emulator's cuda_runtime.h, not the toolkit's, is in use.
 usage: transform.py in out
 """
@@ -71,15 +81,19 @@ def rewrite_launches(src):
         k0 = kernel_start(src, a)
         kernel = src[k0:a].strip()
         cfg = split_top(src[a + 3:b])
-        if len(cfg) > 2 and cfg[2] not in ('0', '0u'):
-            sys.exit(f'dynamic shared memory launch not emulated: {src[k0:b + 3]}')
         j = b + 3
         while src[j].isspace():
             j += 1
         assert src[j] == '(', src[k0:j + 10]
         # the kernel's arguments follow; the call's closing parenthesis stays where it is
-        out += (src[pos:k0] + f'emu_launch(dim3({cfg[0]}), dim3({cfg[1]}), '
-                f'[&](auto&&... emu_a) {{ {kernel}(emu_a...); }}, ')
+        body = f'[&](auto&&... emu_a) {{ {kernel}(emu_a...); }}, '
+        if len(cfg) > 2 and cfg[2] not in ('0', '0u'):  # dynamic shared memory: the kernel's
+            # address goes along, for the cudaFuncSetAttribute opt-in check above 48 KiB (a
+            # templated kernel needs its template arguments written out at such a launch)
+            out += (src[pos:k0] + f'emu_launch_dyn(dim3({cfg[0]}), dim3({cfg[1]}), '
+                    f'size_t({cfg[2]}), "{kernel}", &{kernel}, ' + body)
+        else:
+            out += src[pos:k0] + f'emu_launch(dim3({cfg[0]}), dim3({cfg[1]}), ' + body
         pos = j + 1
         count += 1
     return out + src[pos:], count
@@ -97,14 +111,147 @@ def rewrite_casts(src):
     return pat.sub(sub, src), n
 
 
+def rewrite_dynamic_smem(src):
+    n = 0
+
+    def sub(m):
+        nonlocal n
+        n += 1
+        typ, name = m.group(2).strip(), m.group(3)
+        align = m.group(1) or f'alignof({typ})'
+        return f'{typ}* const {name} = emu_dynamic_smem<{typ}, {align}>();'
+    pat = re.compile(r'extern\s+__shared__\s+(?:__align__\s*\(\s*(\d+)\s*\)\s+)?'
+                     r'([A-Za-z_][\w:]*(?:\s+[A-Za-z_][\w:]*)*?)\s+([A-Za-z_]\w*)\s*\[\s*\]\s*;')
+    src = pat.sub(sub, src)
+    if re.search(r'extern\s+__shared__', src):
+        sys.exit('extern __shared__ declaration not understood: ' +
+                 src[re.search(r'extern\s+__shared__', src).start():][:80])
+    return src, n
+
+
+# The PTX instructions shim/emu_ptx.h emulates (mnemonic -> emu::ptx function of that name with
+# '.' and '::' as '_').
+PTX_EMULATED = {
+    'cp.async.cg.shared.global', 'cp.async.ca.shared.global', 'cp.async.commit_group',
+    'cp.async.wait_group', 'cp.async.wait_all',
+    'ldmatrix.sync.aligned.m8n8.x4.shared.b16', 'ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16',
+    'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32', 'ex2.approx.ftz.f32',
+}
+
+
+def matching_paren(src, i):
+    """Index of the ')' closing the '(' at i, skipping string and character literals."""
+    depth, j = 0, i
+    while True:
+        ch = src[j]
+        if ch in '"\'':
+            j += 1
+            while src[j] != ch:
+                j += 2 if src[j] == '\\' else 1
+        elif ch == '(':
+            depth += 1
+        elif ch == ')':
+            depth -= 1
+            if depth == 0:
+                return j
+        j += 1
+
+
+def split_outside_strings(s, sep):
+    """Splits s at sep characters that are outside string literals and brackets."""
+    parts, cur, depth, j = [], '', 0, 0
+    while j < len(s):
+        ch = s[j]
+        if ch == '"':
+            k = j + 1
+            while s[k] != '"':
+                k += 2 if s[k] == '\\' else 1
+            cur += s[j:k + 1]
+            j = k + 1
+            continue
+        if ch in '([{':
+            depth += 1
+        elif ch in ')]}':
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append(cur.strip())
+            cur = ''
+        else:
+            cur += ch
+        j += 1
+    parts.append(cur.strip())
+    return parts
+
+
+def asm_call(stmt, body):
+    """The emu::ptx call for one asm statement's parenthesized body."""
+    sections = split_outside_strings(body, ':')
+    template = ''.join(re.findall(r'"((?:[^"\\]|\\.)*)"', sections[0]))
+    template = template.replace('\\n', ' ').replace('\\t', ' ').strip()
+    operands = []
+    for sec in sections[1:3]:
+        for op in split_outside_strings(sec, ','):
+            if not op:
+                continue
+            m = re.fullmatch(r'"([^"]*)"\s*\((.*)\)', op, re.S)
+            if not m:
+                sys.exit(f'asm operand not understood: {op!r} in {stmt}')
+            operands.append(m.group(2).strip())
+    instrs = [i.strip() for i in template.split(';') if i.strip()]
+    if len(instrs) != 1:
+        sys.exit(f'asm with other than one instruction not emulated: {stmt}')
+    mnemonic, _, rest = instrs[0].partition(' ')
+    if mnemonic not in PTX_EMULATED:
+        sys.exit(f'PTX instruction {mnemonic} not emulated (tests/emu/shim/emu_ptx.h): {stmt}')
+
+    def reg(tok):
+        tok = tok.strip()
+        m = re.fullmatch(r'%(\d+)', tok)
+        if m:
+            if int(m.group(1)) >= len(operands):
+                sys.exit(f'asm operand {tok} out of range: {stmt}')
+            return f'({operands[int(m.group(1))]})'
+        if re.fullmatch(r'-?\d+', tok):
+            return tok
+        sys.exit(f'asm operand {tok!r} not emulated (registers, [register], immediates): {stmt}')
+    args = []
+    for tok in split_outside_strings(rest, ',') if rest.strip() else []:
+        if tok.startswith('{') and tok.endswith('}'):
+            args += [reg(t) for t in tok[1:-1].split(',')]
+        elif tok.startswith('[') and tok.endswith(']'):
+            args.append(reg(tok[1:-1]))
+        else:
+            args.append(reg(tok))
+    name = mnemonic.replace('::', '_').replace('.', '_')
+    return f'emu::ptx::{name}({", ".join(args)})'
+
+
+def rewrite_asm(src):
+    out, pos, n = '', 0, 0
+    pat = re.compile(r'\b(?:asm|__asm__)\s*(?:(?:volatile|__volatile__)\s*)?\(')
+    while True:
+        m = pat.search(src, pos)
+        if not m:
+            break
+        close = matching_paren(src, m.end() - 1)
+        stmt = src[m.start():close + 1]
+        out += src[pos:m.start()] + asm_call(stmt, src[m.end():close])
+        pos = close + 1
+        n += 1
+    return out + src[pos:], n
+
+
 def main():
     src = open(sys.argv[1]).read()
     src, launches = rewrite_launches(src)
     src, casts = rewrite_casts(src)
+    src, smem = rewrite_dynamic_smem(src)
+    src, asms = rewrite_asm(src)
     os.makedirs(os.path.dirname(os.path.abspath(sys.argv[2])), exist_ok=True)
     with open(sys.argv[2], 'w') as f:
         f.write(GUARD.format(src=os.path.basename(sys.argv[1])) + src)
-    print(f'{os.path.basename(sys.argv[1])}: {launches} launches, {casts} vector casts')
+    print(f'{os.path.basename(sys.argv[1])}: {launches} launches, {casts} vector casts, '
+          f'{smem} dynamic shared arrays, {asms} asm statements')
 
 
 main()

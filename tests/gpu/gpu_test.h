@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/rel_err.h"
 #include "core/rng.h"
 #include "kernels/cuda/device_buffer.h"
 #include "model/backend.h"
@@ -51,16 +52,7 @@ inline std::vector<float> randn(size_t n, uint64_t seed, float std = 1.0f) {
   return v;
 }
 
-// ||a - b|| / ||b||; NaN/inf anywhere in a gives +inf.
-inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1.0));
-}
+using eco::rel_err;  // src/core/rel_err.h: ||a - b|| / ||b||, +inf for a NaN / inf in a
 
 // Through the Backend interface (tests of backend operations): a tensor's raw elements to the
 // host, and a host vector into a new tensor of the backend (ledger category Workspace).

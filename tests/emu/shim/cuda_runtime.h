@@ -78,6 +78,7 @@ namespace emu {
 inline thread_local uint3 tIdx, bIdx;
 inline thread_local dim3 bDim, gDim;
 inline thread_local bool sequential_thread = false;  // this host thread runs a sequential launch
+inline thread_local uint32_t syncthreads_passed = 0;  // in this block (emu_ptx.h's race check)
 
 struct Block {  // state of the block being run (one block at a time)
   unsigned n = 0;
@@ -86,6 +87,8 @@ struct Block {  // state of the block being run (one block at a time)
   uint64_t vals[32][32];          // shuffle exchange, [warp][lane]
   std::atomic<bool> exited[1024];  // per linear thread id
   std::atomic<bool> any_exited{false};
+  unsigned char* smem = nullptr;  // dynamic shared memory (emu_ptx.h), smem_bytes of it
+  size_t smem_bytes = 0;
 };
 inline Block* block = nullptr;
 
@@ -138,6 +141,7 @@ inline void __syncthreads() {
   if (emu::sequential_thread) emu::die("__syncthreads in a sequential launch");
   if (emu::block->any_exited.load()) ++emu::syncs_after_exit;  // racy counter; a flag only
   emu::block->bar->arrive_and_wait();
+  ++emu::syncthreads_passed;
 }
 inline void __syncwarp(unsigned = 0xffffffffu) {
   if (emu::sequential_thread) emu::die("__syncwarp in a sequential launch");
@@ -161,13 +165,36 @@ T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
   return emu::exchange(v, l + int(d) < 32 ? l + int(d) : l, l + int(d) >= 32);
 }
 [[noreturn]] inline void __trap() { emu::die("__trap"); }
+// __ballot_sync: every lane deposits its predicate, each gets the mask of the true ones (full
+// warps only: a full mask over a partial warp names lanes that do not exist).
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  if (mask != 0xffffffffu) emu::die("only full-warp ballots are emulated");
+  if (emu::sequential_thread) emu::die("warp ballot in a sequential launch");
+  const int t = emu::linear_tid(), w = t >> 5, l = t & 31;
+  emu::Block& b = *emu::block;
+  if (b.n < unsigned(w + 1) * 32u) emu::die("full-mask ballot in a partial warp");
+  auto& bar = *b.warp_bars[size_t(w)];
+  b.vals[w][l] = pred != 0;
+  bar.arrive_and_wait();
+  unsigned m = 0;
+  for (int s = 0; s < 32; ++s) {
+    if (b.exited[w * 32 + s].load()) emu::die("ballot over a lane that has exited");
+    if (b.vals[w][s]) m |= 1u << s;
+  }
+  bar.arrive_and_wait();
+  return m;
+}
+inline int __ffs(int x) { return __builtin_ffs(x); }
+
+#include "emu_ptx.h"  // dynamic shared memory, inline PTX
 
 // The transform turns kernel<<<grid, block>>>(args) into
 // emu_launch(grid, block, [&](auto&&... a) { kernel(a...); }, args): the arguments are copied
 // once at the launch (as CUDA does) and every thread calls the kernel with its own copies (a
 // kernel may modify its by-value parameters); a templated kernel deduces its arguments as in CUDA.
+// emu_launch_smem: the same with smem bytes of dynamic shared memory per block.
 template <class K, class... A>
-void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
+void emu_launch_smem(dim3 grid, dim3 block, size_t smem, K kernel, A&&... a) {
   const std::tuple<std::decay_t<A>...> args(std::forward<A>(a)...);
   ++emu::launches;
   const unsigned n = block.x * block.y * block.z;
@@ -182,6 +209,7 @@ void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
                  unsigned(k / (uint64_t(grid.x) * grid.y))};
   };
   if (emu::sequential) {
+    if (smem) emu::die("dynamic shared memory in a sequential launch");
     emu::sequential_thread = true;
     emu::bDim = block;
     emu::gDim = grid;
@@ -191,6 +219,7 @@ void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
         for (unsigned y = 0; y < block.y; ++y)
           for (unsigned x = 0; x < block.x; ++x) {
             emu::tIdx = {x, y, z};
+            emu::ptx::thread_start();
             std::apply(kernel, args);
           }
     }
@@ -200,6 +229,12 @@ void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
   auto state = std::make_unique<emu::Block>();
   emu::Block& b = *state;
   b.n = n;
+  std::vector<unsigned char> smem_storage(smem ? smem + emu::kSharedAlign : 0);
+  if (smem) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(smem_storage.data());
+    b.smem = smem_storage.data() + (emu::kSharedAlign - p % emu::kSharedAlign) % emu::kSharedAlign;
+    b.smem_bytes = smem;
+  }
   const unsigned warps = (n + 31) / 32;
   auto setup = [&]() noexcept {  // before each block: fresh barriers, nobody exited
     b.bar.emplace(std::ptrdiff_t(n));
@@ -208,6 +243,8 @@ void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
       b.warp_bars.emplace_back(new std::barrier<>(std::ptrdiff_t(std::min(32u, n - w * 32))));
     for (unsigned t = 0; t < n; ++t) b.exited[t].store(false);
     b.any_exited.store(false);
+    if (b.smem) std::memset(b.smem, 0xFF, b.smem_bytes);  // unwritten shared memory reads NaN
+    emu::ptx::shadow.reset(b.smem_bytes);
   };
   setup();
   emu::block = &b;
@@ -224,6 +261,7 @@ void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
           const int t = emu::linear_tid();
           for (uint64_t k = 0; k < blocks; ++k) {
             emu::bIdx = block_index(k);
+            emu::ptx::thread_start();
             std::apply(kernel, args);
             // Exited: out of the block barrier and of the warp's exchanges.
             b.exited[t].store(true);
@@ -235,6 +273,52 @@ void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
         });
   for (auto& th : ts) th.join();
   emu::block = nullptr;
+}
+template <class K, class... A>
+void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
+  emu_launch_smem(grid, block, 0, kernel, std::forward<A>(a)...);
+}
+
+// Dynamic shared memory above 48 KiB needs cudaFuncSetAttribute(kernel,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) first, at most 227 KiB (sm_90); the opt-ins
+// are kept per kernel address, as the runtime keeps them per function.
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaFuncAttributePreferredSharedMemoryCarveout = 9
+};
+namespace emu {
+inline std::map<uintptr_t, size_t> smem_opt_in;  // kernel address -> bytes allowed
+struct SmemLaunch {
+  std::string kernel;
+  size_t bytes;
+};
+inline std::vector<SmemLaunch> smem_launches;  // every launch with dynamic shared memory
+}  // namespace emu
+template <class F>
+cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    if (value < 0 || size_t(value) > emu::kMaxDynamicSmem) return cudaErrorInvalidValue;
+    emu::smem_opt_in[reinterpret_cast<uintptr_t>(kernel)] = size_t(value);
+  }
+  return cudaSuccess;
+}
+// The transform's form of kernel<<<grid, block, smem, stream>>>(args), smem != 0 (name: the
+// kernel as written, for the log).
+template <class F, class K, class... A>
+void emu_launch_dyn(dim3 grid, dim3 block, size_t smem, const char* name, F* fn, K kernel,
+                    A&&... a) {
+  if (smem > emu::kMaxDynamicSmem)
+    emu::fatal("%s: %zu bytes of dynamic shared memory, above sm_90's %zu", name, smem,
+               emu::kMaxDynamicSmem);
+  if (smem > emu::kDefaultDynamicSmem) {
+    const auto it = emu::smem_opt_in.find(reinterpret_cast<uintptr_t>(fn));
+    if (it == emu::smem_opt_in.end() || it->second < smem)
+      emu::fatal("%s: %zu bytes of dynamic shared memory (over 48 KiB) without "
+                 "cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) to that size",
+                 name, smem);
+  }
+  emu::smem_launches.push_back({name, smem});
+  emu_launch_smem(grid, block, smem, kernel, std::forward<A>(a)...);
 }
 
 // Device memory is host memory.

@@ -1,0 +1,99 @@
+// kernels/cuda/reductions.cu (emulated) sum_squares: against a long double sum of the same
+// squares (every fp32 square is exact in double; only the double summation order differs),
+// within 1e-12 relative as tests/gpu claims, and against the CPU twin within the same bound;
+// the same bits on a second run and with the stage-1 blocks reversed (the order depends on n
+// only); *out is written, not accumulated (pre-filled with NaN); scratch past the used partials
+// is never read (NaN there would show) and nothing past kSumSquaresScratch is written.
+// n covers 0, a partial warp, one block, several blocks with ragged tails, and the clamp to 1024
+// blocks with the grid-stride loop. Threaded (shuffles and barriers): 256 threads a block.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "emu_common.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cuda/reductions.cuh"
+
+namespace {
+
+using namespace emuh;
+namespace ec = eco::cuda;
+
+struct Result {
+  double value;
+  bool ok;  // launch succeeded, guards intact, x unchanged
+};
+
+Result run(const std::vector<float>& x, bool reversed) {
+  Guarded<float> d_x(x);
+  Guarded<double> out(std::vector<double>{std::nan("")});
+  Guarded<double> scratch(std::vector<double>(ec::kSumSquaresScratch, std::nan("")));
+  emu::reverse_blocks = reversed;
+  const cudaError_t e = ec::sum_squares(out.data(), d_x.data(), int64_t(x.size()), scratch.data());
+  emu::reverse_blocks = false;
+  return {out.host()[0],
+          e == cudaSuccess && out.guards_intact() && scratch.guards_intact() && d_x.host() == x};
+}
+
+void sum_case(Tally& tally, int64_t n, bool rerun, uint64_t seed) {
+  char tag[48];
+  std::snprintf(tag, sizeof tag, "n%ld", long(n));
+  auto check = [&](bool ok, const std::string& what) {
+    ++tally.cases;
+    if (!ok) tally.fail(std::string(tag) + ": " + what);
+  };
+  std::vector<float> x = randn(size_t(n), seed, 0.01f);
+  // A subnormal input; the last element large (a dropped tail shows); once a square near 1e61,
+  // which would hide everything else.
+  if (n > 3) x[2] = 1e-40f, x[size_t(n) - 1] = 100.0f;
+  if (n == 1000) x[1] = 3e30f;
+  const Result got = run(x, false);
+  check(got.ok, "launch, guards or x changed");
+  long double ref = 0;
+  for (float v : x) ref += (long double)(double(v) * double(v));
+  const double cpu = eco::cpu::sum_squares(x.data(), n);
+  check(std::isfinite(got.value), "not finite");
+  char what[160];
+  std::snprintf(what, sizeof what, "got %.17g, long double %.17Lg, CPU twin %.17g", got.value, ref,
+                cpu);
+  check(std::fabs(got.value - double(ref)) <= 1e-12 * double(ref),
+        std::string("vs long double: ") + what);
+  check(std::fabs(got.value - cpu) <= 1e-12 * cpu, std::string("vs the CPU twin: ") + what);
+  if (n == 0) check(got.value == 0.0, "n = 0 must write 0");
+  if (rerun) {  // run to run, and with the blocks in reverse order
+    const Result again = run(x, false), rev = run(x, true);
+    check(std::memcmp(&again.value, &got.value, sizeof(double)) == 0, "second run differs");
+    check(std::memcmp(&rev.value, &got.value, sizeof(double)) == 0, "reversed blocks differ");
+  }
+}
+
+}  // namespace
+
+// 4096 elements a block (16 a thread); reruns only with several blocks.
+TEST(EmuReductions, SumSquaresMatchesLongDoubleAndCpuTwin) {
+  Tally tally;
+  uint64_t seed = 1;
+  for (int64_t n : {0, 1, 31, 1000, 4096, 4097, 70001}) sum_case(tally, n, n > 4096, seed += 10);
+  EXPECT_GT(tally.cases, 0);
+}
+
+// 1024 * 4096 + 5 elements: the clamp to 1024 blocks, and the grid-stride loop that the gradient
+// norm of a real model runs (~5 s in the emulator: run once).
+TEST(EmuReductions, SumSquaresPastTheBlockClampTakesTheStrideLoop) {
+  Tally tally;
+  sum_case(tally, int64_t(1024) * 4096 + 5, false, 99);
+  EXPECT_GT(tally.cases, 0);
+}
+
+TEST(EmuReductions, SumSquaresRefusesBadArguments) {
+  const long launches = emu::launches;
+  double* d = reinterpret_cast<double*>(16);  // never dereferenced
+  const float* x = reinterpret_cast<const float*>(16);
+  EXPECT_EQ(ec::sum_squares(d, x, -1, d), cudaErrorInvalidValue);
+  EXPECT_EQ(ec::sum_squares(nullptr, x, 5, d), cudaErrorInvalidValue);
+  EXPECT_EQ(ec::sum_squares(d, x, 5, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(ec::sum_squares(d, nullptr, 5, d), cudaErrorInvalidValue);
+  EXPECT_EQ(emu::launches, launches);
+}
