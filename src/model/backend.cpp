@@ -1,6 +1,6 @@
-// Backend selection by the config's `device`, the default (emulated) quantized linear layer and
-// the default (unpadded) language-model head, unfused residual + norm and per-tensor plain
-// updates.
+// The Backend's default operations: the (emulated) quantized linear layer, the (unpadded)
+// language-model head, unfused residual + norm and per-tensor plain updates. make_backend is in
+// make_backend.cpp, so that linking the CPU backend alone (tests/emu) needs no CUDA backend.
 #include "model/backend.h"
 
 #include "core/error.h"
@@ -60,12 +60,6 @@ void Backend::sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmSte
     st.weight_decay = t.weight_decay;
     sgdm_update(t.param, t.grad, t.m, t.n, st);
   }
-}
-
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu") return make_cpu_backend(DType::F32);
-  if (device == "cuda") return make_cuda_backend();
-  usage_error("device '{}' is unknown (expected cpu or cuda)", device);
 }
 
 }  // namespace eco
