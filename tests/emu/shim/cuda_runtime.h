@@ -339,8 +339,66 @@ inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = null
   std::memset(p, v, n);
   return cudaSuccess;
 }
+inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+// One emulated device whose compute capability the tests set (emu::device_cc, 10 * major +
+// minor; 90 = H100 / H200 unless ECO_EMU_CC says otherwise): GemmEngine reads it at construction
+// and the emulated cuBLASLt (shim/cublasLt.h) refuses what that architecture cannot do.
+namespace emu {
+inline int default_cc() {
+  const char* e = std::getenv("ECO_EMU_CC");
+  return e && *e ? std::atoi(e) : 90;
+}
+inline int device_cc = default_cc();
+}  // namespace emu
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76
+};
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int major, minor, multiProcessorCount;
+};
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int dev) {
+  if (dev != 0) return cudaErrorInvalidValue;
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *v = emu::device_cc / 10; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *v = emu::device_cc % 10; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *v = 132; return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev) {
+  if (dev != 0) return cudaErrorInvalidValue;
+  *p = {};
+  std::snprintf(p->name, sizeof p->name, "emulated sm_%d (tests/emu)", emu::device_cc);
+  p->totalGlobalMem = size_t(141) << 30;
+  p->major = emu::device_cc / 10;
+  p->minor = emu::device_cc % 10;
+  p->multiProcessorCount = 132;
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+  *total_b = size_t(141) << 30;
+  *free_b = *total_b;
+  return cudaSuccess;
+}
 
 // Vector accesses (the transform routes reinterpret_cast<V*> through this): the address must be
 // aligned to the access size, as the GPU requires.
