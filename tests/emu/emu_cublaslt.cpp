@@ -271,6 +271,26 @@ void store(void* p, int type, int64_t idx, double v) {
   }
 }
 
+// An operand's bytes [p, p + bytes) must lie inside the cudaMalloc allocation p points into (not
+// checked for host memory): a read or write past it would fault or corrupt on the GPU.
+void check_bounds(const void* p, uint64_t bytes, const char* what) {
+  const auto [start, size] = emu::allocation_of(p);
+  if (size == 0) return;
+  const uint64_t end = uint64_t(reinterpret_cast<uintptr_t>(p)) + bytes;
+  if (end > uint64_t(start) + size) {
+    std::fprintf(stderr,
+                 "emulated cublasLtMatmul: %s reaches %llu bytes past its cudaMalloc allocation "
+                 "of %zu bytes\n",
+                 what, static_cast<unsigned long long>(end - start - size), size);
+    emu::die("emulated cublasLtMatmul: operand out of its allocation");
+  }
+}
+uint64_t footprint_bytes(const cublasLtMatrixLayoutOpaque_t* l, int64_t batch) {
+  if (l->rows == 0 || l->cols == 0) return 0;
+  const int64_t elems = (batch - 1) * l->stride + int64_t(l->cols - 1) * l->ld + int64_t(l->rows);
+  return uint64_t(elems) * uint64_t(type_bytes(l->type));
+}
+
 // Element offsets (within one batch entry) a layout's (rows, cols) window covers.
 int64_t offset(const cublasLtMatrixLayoutOpaque_t* l, int64_t r, int64_t c) {
   return r + c * l->ld;
@@ -518,6 +538,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 
   const int64_t m = cfg.m, n = cfg.n, k = cfg.k;
   const bool ta = cfg.trans_a == CUBLAS_OP_T, tb = cfg.trans_b == CUBLAS_OP_T;
+  check_bounds(A, footprint_bytes(a, batch), "A");
+  check_bounds(B, footprint_bytes(b, batch), "B");
+  check_bounds(D, footprint_bytes(d, batch), "C / D");
+  if (is_fp8(cfg.a_type)) {
+    if (sa) check_bounds(sa, uint64_t(outer ? m : 1) * 4, "the A scales");
+    if (sb) check_bounds(sb, uint64_t(outer ? n : 1) * 4, "the B scales");
+  }
+  if (cfg.bias)
+    check_bounds(desc->bias, uint64_t(m) * uint64_t(type_bytes(cfg.bias_type)), "the bias");
   // D's entries must not overlap one another (the GPU would race), nor A's or B's.
   {
     const int db = type_bytes(d->type);

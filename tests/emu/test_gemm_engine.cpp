@@ -428,6 +428,41 @@ TEST(EmuGemmEngine, PerTensorFp8IsOneScalarScaledGemmOnSm89AndSm90) {
   }
 }
 
+// A plan outlives its call: the next call of the same key (another layer of the same shape)
+// must bring its own scale pointers (set per call, not per plan).
+TEST(EmuGemmEngine, Fp8CallsOfOneShapeUseTheirOwnScales) {
+  DeviceCc cc(90);
+  GemmEngine e;
+  Fp8Case f[2] = {fp8_case(32, 48, 16, eco::Granularity::PerRow),
+                  fp8_case(32, 48, 16, eco::Granularity::PerRow)};
+  for (float& s : f[1].xs) s *= 3.0f;
+  for (float& s : f[1].ws) s *= 0.25f;
+  // cudaMalloc'd (256-byte aligned) buffers: one plan key for both calls.
+  const auto dev = [](const auto& v) {
+    eco::cuda::DeviceBuffer b(v.size() * sizeof(v[0]));
+    std::memcpy(b.get(), v.data(), b.bytes());
+    return b;
+  };
+  struct Buffers {
+    eco::cuda::DeviceBuffer x, w, xs, ws, bias, out;
+  };
+  std::vector<Buffers> bufs;  // all alive at once: distinct pointers for the two calls
+  for (int i = 0; i < 2; ++i)
+    bufs.push_back({dev(f[i].x), dev(f[i].w), dev(f[i].xs), dev(f[i].ws), dev(f[i].bias),
+                    eco::cuda::DeviceBuffer(size_t(f[i].N) * size_t(f[i].OC) * 2)});
+  for (int i = 0; i < 2; ++i) {
+    const auto& [x, w, xs, ws, bias, out] = bufs[size_t(i)];
+    e.matmul_forward_fp8(out.get<bf16>(), x.get<uint8_t>(), xs.get<float>(), w.get<uint8_t>(),
+                         ws.get<float>(), bias.get<float>(), f[i].N, f[i].C, f[i].OC,
+                         eco::Granularity::PerRow);
+    std::vector<uint16_t> got(size_t(f[i].N) * size_t(f[i].OC));
+    std::memcpy(got.data(), out.get(), out.bytes());
+    EXPECT_EQ(beyond_roundings(got, fp8_reference(f[i], eco::Granularity::PerRow, true), 1.0), 0)
+        << "call " << i;
+  }
+  EXPECT_EQ(e.heuristic_queries(), 1) << "both calls on one plan";
+}
+
 // sm_80: FP8 refused on the host (an eco::Error naming the capability), BF16 runs.
 TEST(EmuGemmEngine, Sm80RefusesFp8AndRunsBf16) {
   DeviceCc cc(80);

@@ -11,6 +11,7 @@
 #error "the real cuda_runtime.h was included before the emulator shim"
 #endif
 #define ECO_CUDA_EMU 1
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -25,6 +26,7 @@
 #include <thread>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -321,12 +323,33 @@ void emu_launch_dyn(dim3 grid, dim3 block, size_t smem, const char* name, F* fn,
   emu_launch_smem(grid, block, smem, kernel, std::forward<A>(a)...);
 }
 
-// Device memory is host memory.
+// Device memory is host memory. Live cudaMalloc allocations are recorded (address -> bytes), so
+// that the emulated cuBLASLt can check an operand's footprint against its allocation, and
+// cudaFree refuses a pointer that is not one (a double free, a host pointer).
+namespace emu {
+inline std::map<uintptr_t, size_t> allocations;
+// The allocation holding address p: {start, bytes}, or {0, 0} for memory not from cudaMalloc.
+inline std::pair<uintptr_t, size_t> allocation_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = allocations.upper_bound(a);
+  if (it == allocations.begin()) return {0, 0};
+  --it;
+  if (a >= it->first + std::max<size_t>(it->second, 1)) return {0, 0};
+  return {it->first, it->second};
+}
+}  // namespace emu
 inline cudaError_t cudaMalloc(void** p, size_t n) {
   *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (!*p) return cudaErrorMemoryAllocation;
+  emu::allocations[reinterpret_cast<uintptr_t>(*p)] = n;
+  return cudaSuccess;
 }
-inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  if (!emu::allocations.erase(reinterpret_cast<uintptr_t>(p))) return cudaErrorInvalidValue;
+  std::free(p);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
   std::memcpy(d, s, n);
   return cudaSuccess;
