@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -44,7 +45,17 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4
 };
-typedef struct CUstream_st* cudaStream_t;
+// Streams and events (the CUDA backend's one stream, the op profiler's events): everything runs
+// synchronously on the calling thread, so a stream is a token and an event a host time stamp.
+struct CUstream_st {
+  int id;
+};
+struct CUevent_st {
+  double ms;  // host time of the last record
+  bool recorded;
+};
+typedef CUstream_st* cudaStream_t;
+typedef CUevent_st* cudaEvent_t;
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emu"; }
 inline const char* cudaGetErrorName(cudaError_t) { return "emuError"; }
@@ -368,6 +379,49 @@ inline cudaError_t cudaMemset(void* p, int v, size_t n) {
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+namespace emu {
+inline long streams_alive = 0, events_alive = 0;
+inline double host_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace emu
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = new CUstream_st{int(++emu::streams_alive)};
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s) return cudaErrorInvalidValue;
+  delete s;
+  --emu::streams_alive;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new CUevent_st{0.0, false};
+  ++emu::events_alive;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!e) return cudaErrorInvalidValue;
+  delete e;
+  --emu::events_alive;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  if (!e) return cudaErrorInvalidValue;
+  *e = {emu::host_ms(), true};
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  return e ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  if (!a || !b || !a->recorded || !b->recorded) return cudaErrorInvalidValue;
+  *ms = float(b->ms - a->ms);
+  return cudaSuccess;
+}
 
 // One emulated device whose compute capability the tests set (emu::device_cc, 10 * major +
 // minor; 90 = H100 / H200 unless ECO_EMU_CC says otherwise): GemmEngine reads it at construction
