@@ -334,7 +334,7 @@ void emu_launch_dyn(dim3 grid, dim3 block, size_t smem, const char* name, F* fn,
   emu_launch_smem(grid, block, smem, kernel, std::forward<A>(a)...);
 }
 
-// Device memory is host memory. Live cudaMalloc allocations are recorded (address -> bytes), so
+// Device memory is host memory, filled with 0xFF by cudaMalloc. Live allocations are recorded (address -> bytes), so
 // that the emulated cuBLASLt can check an operand's footprint against its allocation, and
 // cudaFree refuses a pointer that is not one (a double free, a host pointer).
 namespace emu {
@@ -352,6 +352,7 @@ inline std::pair<uintptr_t, size_t> allocation_of(const void* p) {
 inline cudaError_t cudaMalloc(void** p, size_t n) {
   *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
   if (!*p) return cudaErrorMemoryAllocation;
+  std::memset(*p, 0xFF, n);  // undefined on the GPU: here NaN (fp32, bf16), so a read shows
   emu::allocations[reinterpret_cast<uintptr_t>(*p)] = n;
   return cudaSuccess;
 }
