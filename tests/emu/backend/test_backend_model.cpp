@@ -1,8 +1,8 @@
 // The CUDA backend (kernels/cuda/cuda_backend.cpp) under the emulator, beside
-// tests/gpu/test_model_gpu.cpp's forward / backward tests (run here as they are): a few training
-// steps of a tiny GPT-2 (vocab 97: logits rows padded to 128, the head on padded rows) against
-// the CPU backend under bf16-mw and fp8-eco-sr (every block linear's forward the FP8 GEMM: sm_90
-// OUTER_VEC, and sm_89's unit-scaled route), and what the emulator sees of the backend's host
+// tests/gpu/test_model_gpu.cpp's forward / backward tests (run here as they are): training steps
+// of a tiny GPT-2 (vocab 97: logits rows padded to 128, the head on padded rows) against the CPU
+// backend, 3 under bf16-mw, 2 under fp8-eco-sr (every block linear's forward the FP8 GEMM: sm_90
+// OUTER_VEC, and sm_89's unit-scaled route; one FP8 step costs ~10 s here), and what the emulator sees of the backend's host
 // side: the FP8 forward GEMMs really run (cuBLASLt calls logged), NVTX ranges balanced, streams
 // and events released, the profiler's event timing.
 //
@@ -133,7 +133,7 @@ void check_training(const std::string& treatment, int cc, int steps) {
 }
 
 TEST(EmuCudaBackend, Gpt2Bf16MwTrainingFollowsCpu) { check_training("bf16-mw", 90, 3); }
-TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm90) { check_training("fp8-eco-sr", 90, 3); }
+TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm90) { check_training("fp8-eco-sr", 90, 2); }
 TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm89) { check_training("fp8-eco-sr", 89, 2); }
 
 // The host side: every NVTX range popped, the stream and the profiler's events released with
