@@ -2,9 +2,9 @@
 // tests/gpu/test_model_gpu.cpp's forward / backward tests (run here as they are): training steps
 // of a tiny GPT-2 (vocab 97: logits rows padded to 128, the head on padded rows) against the CPU
 // backend, 3 under bf16-mw, 2 under fp8-eco-sr (every block linear's forward the FP8 GEMM: sm_90
-// OUTER_VEC, and sm_89's unit-scaled route; one FP8 step costs ~10 s here), and what the emulator sees of the backend's host
-// side: the FP8 forward GEMMs really run (cuBLASLt calls logged), NVTX ranges balanced, streams
-// and events released, the profiler's event timing.
+// OUTER_VEC; one FP8 step costs ~10 s here), 1 on sm_89 (its unit-scaled route), and what the
+// emulator sees of the backend's host side: the FP8 forward GEMMs really run (cuBLASLt calls
+// logged), NVTX ranges balanced, streams and events released, the profiler's event timing.
 //
 // Tolerance (as tests/gpu/test_model_gpu.cpp, which explains it): every step's loss within 2e-2
 // relative of the CPU backend's; the emulated GEMMs are closer to the CPU's than the GPU's (one
@@ -126,7 +126,9 @@ void check_training(const std::string& treatment, int cc, int steps) {
   }
   // Every block linear's forward (qkv, attention projection, fc, fc projection: 4 per layer)
   // runs the FP8 GEMM under the fp8 treatments, in the architecture's form.
-  const long per_step = treatment.rfind("fp8", 0) == 0 ? 4 * 2 : 0;
+  // (sm_80 has no FP8: the backend runs the emulation the CPU runs, bf16 GEMMs on the
+  // dequantized codes.)
+  const long per_step = treatment.rfind("fp8", 0) == 0 && cc >= 89 ? 4 * 2 : 0;
   EXPECT_EQ(f.n, per_step * steps);
   EXPECT_EQ(f.outer_vec, cc >= 90 ? f.n : 0);
   EXPECT_EQ(f.scalar_into_f32, cc >= 90 ? 0 : f.n);
@@ -134,7 +136,10 @@ void check_training(const std::string& treatment, int cc, int steps) {
 
 TEST(EmuCudaBackend, Gpt2Bf16MwTrainingFollowsCpu) { check_training("bf16-mw", 90, 3); }
 TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm90) { check_training("fp8-eco-sr", 90, 2); }
-TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm89) { check_training("fp8-eco-sr", 89, 2); }
+// One step (its loss is the forward's, before any update): the architecture changes only the
+// FP8 forward GEMM. (sm_80, no FP8, runs the emulation: check_training("fp8-eco-sr", 80, 1)
+// passes too, left out of the suite for its time; GpuQuantizedLinear covers that fallback.)
+TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm89) { check_training("fp8-eco-sr", 89, 1); }
 
 // The host side: every NVTX range popped, the stream and the profiler's events released with
 // the backend, and the profile names the operations that ran.
