@@ -1,4 +1,5 @@
-// The checks the emulated attention paths share (test_attention_flash.cpp, test_attention_mma.cpp),
+// The checks the emulated attention paths share (test_attention_flash.cpp, test_attention_mma.cpp,
+// test_attention_gemm.cpp),
 // mirroring tests/gpu/test_attention_gpu.cu: the path's forward and backward against the CPU twin
 // eco::cpu::attention_forward / attention_backward<float> run on the same bf16-rounded inputs.
 // Tolerances (as the GPU test, which explains them): out 5e-3 and dqkv 1e-2 in relative norm,
@@ -18,7 +19,10 @@
 #include "emu_common.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_gemm.cuh"
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemm.h"
 
 namespace attn {
 
@@ -67,6 +71,32 @@ inline const Path kMma{"mma",
                          eco::cuda::attention_mma_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T,
                                                            s.C(), s.NH);
                        }};
+
+// The GEMM path (attention_gemm.cuh): cuBLASLt strided batched GEMMs (the emulated cuBLASLt,
+// shim/cublasLt.h) around the row kernels, on one engine, with a scratch poisoned (NaN) before
+// every call so that a read of anything the call did not write shows.
+inline eco::cuda::GemmEngine& gemm_engine() {
+  static eco::cuda::GemmEngine engine;
+  return engine;
+}
+inline eco::cuda::DeviceBuffer poisoned_scratch(const Shape& s) {
+  eco::cuda::DeviceBuffer b(eco::cuda::attention_gemm_scratch_bytes(s.T, s.NH));
+  std::memset(b.get(), 0xFF, b.bytes());
+  return b;
+}
+inline const Path kGemm{
+    "gemm",
+    [](bf16* out, float* lse, const bf16* qkv, const Shape& s) {
+      auto scratch = poisoned_scratch(s);
+      eco::cuda::attention_gemm_forward(gemm_engine(), out, lse, qkv, scratch.get(),
+                                        scratch.bytes(), s.B, s.T, s.C(), s.NH);
+    },
+    [](bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+       const Shape& s) {
+      auto scratch = poisoned_scratch(s);
+      eco::cuda::attention_gemm_backward(gemm_engine(), dqkv, D, scratch.get(), scratch.bytes(),
+                                         dout, qkv, out, lse, s.B, s.T, s.C(), s.NH);
+    }};
 
 // Normals rounded to bf16: the bits for the kernel, their exact values for the CPU twin.
 struct Bf16Data {

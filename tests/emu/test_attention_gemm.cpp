@@ -1,5 +1,5 @@
 // kernels/cuda/attention_gemm.cu (emulated): the row kernels of the tensor-core attention path
-// (the cuBLASLt GEMMs around them, attention_gemm.cpp, are not emulated) against host references,
+// (the whole path with its cuBLASLt GEMMs: test_attention_gemm_path.cpp) against host references,
 // on (NH, T, ld) score matrices with T = 1, 7 (ld 8 and 16), 130 and 257 (past one and two of the
 // kernels' 128-column steps). Scores past the diagonal and in the row padding are NaN: the
 // kernels must mask them by index (they read up to 3 columns past t).

@@ -11,8 +11,10 @@
 #error "the real cuda_runtime.h was included before the emulator shim"
 #endif
 #define ECO_CUDA_EMU 1
+#include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +27,7 @@
 #include <thread>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -42,7 +45,17 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4
 };
-typedef struct CUstream_st* cudaStream_t;
+// Streams and events (the CUDA backend's one stream, the op profiler's events): everything runs
+// synchronously on the calling thread, so a stream is a token and an event a host time stamp.
+struct CUstream_st {
+  int id;
+};
+struct CUevent_st {
+  double ms;  // host time of the last record
+  bool recorded;
+};
+typedef CUstream_st* cudaStream_t;
+typedef CUevent_st* cudaEvent_t;
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emu"; }
 inline const char* cudaGetErrorName(cudaError_t) { return "emuError"; }
@@ -321,12 +334,34 @@ void emu_launch_dyn(dim3 grid, dim3 block, size_t smem, const char* name, F* fn,
   emu_launch_smem(grid, block, smem, kernel, std::forward<A>(a)...);
 }
 
-// Device memory is host memory.
+// Device memory is host memory, filled with 0xFF by cudaMalloc. Live allocations are recorded (address -> bytes), so
+// that the emulated cuBLASLt can check an operand's footprint against its allocation, and
+// cudaFree refuses a pointer that is not one (a double free, a host pointer).
+namespace emu {
+inline std::map<uintptr_t, size_t> allocations;
+// The allocation holding address p: {start, bytes}, or {0, 0} for memory not from cudaMalloc.
+inline std::pair<uintptr_t, size_t> allocation_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = allocations.upper_bound(a);
+  if (it == allocations.begin()) return {0, 0};
+  --it;
+  if (a >= it->first + std::max<size_t>(it->second, 1)) return {0, 0};
+  return {it->first, it->second};
+}
+}  // namespace emu
 inline cudaError_t cudaMalloc(void** p, size_t n) {
   *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::memset(*p, 0xFF, n);  // undefined on the GPU: here NaN (fp32, bf16), so a read shows
+  emu::allocations[reinterpret_cast<uintptr_t>(*p)] = n;
+  return cudaSuccess;
 }
-inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  if (!emu::allocations.erase(reinterpret_cast<uintptr_t>(p))) return cudaErrorInvalidValue;
+  std::free(p);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
   std::memcpy(d, s, n);
   return cudaSuccess;
@@ -339,8 +374,109 @@ inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = null
   std::memset(p, v, n);
   return cudaSuccess;
 }
+inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+namespace emu {
+inline long streams_alive = 0, events_alive = 0;
+inline double host_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace emu
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = new CUstream_st{int(++emu::streams_alive)};
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s) return cudaErrorInvalidValue;
+  delete s;
+  --emu::streams_alive;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new CUevent_st{0.0, false};
+  ++emu::events_alive;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!e) return cudaErrorInvalidValue;
+  delete e;
+  --emu::events_alive;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  if (!e) return cudaErrorInvalidValue;
+  *e = {emu::host_ms(), true};
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  return e ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  if (!a || !b || !a->recorded || !b->recorded) return cudaErrorInvalidValue;
+  *ms = float(b->ms - a->ms);
+  return cudaSuccess;
+}
+
+// One emulated device whose compute capability the tests set (emu::device_cc, 10 * major +
+// minor; 90 = H100 / H200 unless ECO_EMU_CC says otherwise): GemmEngine reads it at construction
+// and the emulated cuBLASLt (shim/cublasLt.h) refuses what that architecture cannot do.
+namespace emu {
+inline int default_cc() {
+  const char* e = std::getenv("ECO_EMU_CC");
+  return e && *e ? std::atoi(e) : 90;
+}
+inline int device_cc = default_cc();
+}  // namespace emu
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76
+};
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int major, minor, multiProcessorCount;
+};
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int dev) {
+  if (dev != 0) return cudaErrorInvalidValue;
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *v = emu::device_cc / 10; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *v = emu::device_cc % 10; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *v = 132; return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev) {
+  if (dev != 0) return cudaErrorInvalidValue;
+  *p = {};
+  std::snprintf(p->name, sizeof p->name, "emulated sm_%d (tests/emu)", emu::device_cc);
+  p->totalGlobalMem = size_t(141) << 30;
+  p->major = emu::device_cc / 10;
+  p->minor = emu::device_cc % 10;
+  p->multiProcessorCount = 132;
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+  *total_b = size_t(141) << 30;
+  *free_b = *total_b;
+  return cudaSuccess;
+}
 
 // Vector accesses (the transform routes reinterpret_cast<V*> through this): the address must be
 // aligned to the access size, as the GPU requires.

@@ -1,0 +1,176 @@
+// The CUDA backend (kernels/cuda/cuda_backend.cpp) under the emulator, beside
+// tests/gpu/test_model_gpu.cpp's forward / backward tests (run here as they are): training steps
+// of a tiny GPT-2 (vocab 97: logits rows padded to 128, the head on padded rows) against the CPU
+// backend, 3 under bf16-mw, 2 under fp8-eco-sr (every block linear's forward the FP8 GEMM: sm_90
+// OUTER_VEC; one FP8 step costs ~10 s here), 1 on sm_89 (its unit-scaled route), and what the
+// emulator sees of the backend's host side: the FP8 forward GEMMs really run (cuBLASLt calls
+// logged), NVTX ranges balanced, streams and events released, the profiler's event timing.
+//
+// Tolerance (as tests/gpu/test_model_gpu.cpp, which explains it): every step's loss within 2e-2
+// relative of the CPU backend's; the emulated GEMMs are closer to the CPU's than the GPU's (one
+// rounding of a float64 sum), so this only leaves room for bf16 activation storage.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "data/loader.h"
+#include "model/backend.h"
+#include "model/transformer.h"
+#include "optim/optimizer.h"
+#include "quant/treatment.h"
+
+namespace eco {
+namespace {
+
+constexpr int kB = 2;  // N = B * T = 32 token rows: FP8 GEMMs (multiples of 16), yet fast
+constexpr double kTrainLossTol = 2e-2;
+
+// 2 layers, d 64, 4 heads, vocab 97 (tests/gpu/test_model_gpu.cpp's tiny model), sequences of 16
+// (32 there): one host thread per CUDA thread makes every row kernel slow.
+Config tiny(const std::string& treatment, int steps) {
+  return parse_config(
+      "model: {family: gpt2, n_layer: 2, n_head: 4, d_model: 64, vocab_size: 97, seq_len: 16}\n"
+      "data: {source: synthetic}\n"
+      "optim: {lr: 3.0e-3, warmup_steps: 2, weight_decay: 0.1}\n"
+      "train: {batch_size: 2, max_steps: " +
+          std::to_string(steps) +
+          "}\n"
+          "precision: {treatment: " +
+          treatment + "}\n",
+      "test_backend_model");
+}
+
+struct ModelRun {
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<Optimizer> opt;
+};
+ModelRun make_run(std::unique_ptr<Backend> be, const Config& c) {
+  ModelRun r;
+  r.be = std::move(be);
+  r.model = std::make_unique<Transformer>(c.model, *r.be, c.train.batch_size,
+                                          treatment_from_name(c.precision.treatment));
+  r.opt = std::make_unique<Optimizer>(c.optim, *r.model, c.train.seed);
+  r.model->init_weights(c.train.seed);
+  return r;
+}
+
+std::vector<double> train(ModelRun& r, const Config& c, int steps) {
+  const int T = c.model.seq_len;
+  const DataLoader data =
+      DataLoader::synthetic(0, LoaderOptions{kB, T, c.model.vocab_size, c.train.seed, false});
+  std::vector<int32_t> in(size_t(kB) * T), tgt(in.size());
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    r.model->zero_grad();
+    data.batch(s, in.data(), tgt.data());
+    losses.push_back(r.model->forward_backward(in.data(), tgt.data(), kB, T, 1.0f));
+    r.opt->step(lr_at(c.optim, s, c.warmup_steps(), c.total_steps()), r.opt->grad_norm());
+  }
+  return losses;
+}
+
+struct DeviceCc {
+  int saved;
+  explicit DeviceCc(int cc) : saved(emu::device_cc) { emu::device_cc = cc; }
+  ~DeviceCc() { emu::device_cc = saved; }
+};
+
+// The FP8 GEMMs among the logged cuBLASLt calls, and their scale mode.
+struct Fp8Calls {
+  long n = 0, outer_vec = 0, scalar_into_f32 = 0;
+};
+Fp8Calls fp8_calls() {
+  Fp8Calls f;
+  for (const auto& c : emu::lt::calls)
+    if (c.a_type == CUDA_R_8F_E4M3) {
+      ++f.n;
+      f.outer_vec += c.scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      f.scalar_into_f32 +=
+          c.scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F && c.c_type == CUDA_R_32F;
+    }
+  return f;
+}
+
+void check_training(const std::string& treatment, int cc, int steps) {
+  DeviceCc device(cc);
+  const Config c = tiny(treatment, steps);
+  ModelRun cpu = make_run(make_cpu_backend(), c);
+  ModelRun gpu = make_run(make_cuda_backend(), c);
+  emu::lt::reset_log();
+  const auto l_cpu = train(cpu, c, steps), l_gpu = train(gpu, c, steps);
+  double worst = 0;
+  for (int s = 0; s < steps; ++s) {
+    const double rel = std::abs(l_gpu[size_t(s)] - l_cpu[size_t(s)]) / l_cpu[size_t(s)];
+    worst = std::isfinite(rel) ? std::max(worst, rel) : INFINITY;
+    EXPECT_LE(rel, kTrainLossTol) << treatment << " sm_" << cc << " step " << s + 1 << ": cpu "
+                                  << l_cpu[size_t(s)] << " emulated cuda " << l_gpu[size_t(s)];
+  }
+  const Fp8Calls f = fp8_calls();
+  std::printf(
+      "[   emu    ] gpt2 %-11s sm_%d loss cpu %.4f -> %.4f, emulated cuda %.4f -> %.4f, worst "
+      "step rel %.2e; %ld FP8 GEMMs (%ld OUTER_VEC, %ld unit-scaled into fp32)\n",
+      treatment.c_str(), cc, l_cpu.front(), l_cpu.back(), l_gpu.front(), l_gpu.back(), worst, f.n,
+      f.outer_vec, f.scalar_into_f32);
+  // (From step 3 on: the warmup makes the first update tiny.)
+  if (steps >= 3) {
+    EXPECT_LT(l_gpu.back(), l_gpu.front()) << "did not learn";
+  }
+  // Every block linear's forward (qkv, attention projection, fc, fc projection: 4 per layer)
+  // runs the FP8 GEMM under the fp8 treatments, in the architecture's form.
+  // (sm_80 has no FP8: the backend runs the emulation the CPU runs, bf16 GEMMs on the
+  // dequantized codes.)
+  const long per_step = treatment.rfind("fp8", 0) == 0 && cc >= 89 ? 4 * 2 : 0;
+  EXPECT_EQ(f.n, per_step * steps);
+  EXPECT_EQ(f.outer_vec, cc >= 90 ? f.n : 0);
+  EXPECT_EQ(f.scalar_into_f32, cc >= 90 ? 0 : f.n);
+}
+
+TEST(EmuCudaBackend, Gpt2Bf16MwTrainingFollowsCpu) { check_training("bf16-mw", 90, 3); }
+TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm90) { check_training("fp8-eco-sr", 90, 2); }
+// One step (its loss is the forward's, before any update): the architecture changes only the
+// FP8 forward GEMM. (sm_80, no FP8, runs the emulation: check_training("fp8-eco-sr", 80, 1)
+// passes too, left out of the suite for its time; GpuQuantizedLinear covers that fallback.)
+TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm89) { check_training("fp8-eco-sr", 89, 1); }
+
+// The host side: every NVTX range popped, the stream and the profiler's events released with
+// the backend, and the profile names the operations that ran.
+TEST(EmuCudaBackend, ProfilesBalancesRangesAndReleasesStreamsAndEvents) {
+  const long streams = emu::streams_alive, events = emu::events_alive;
+  const long allocations = long(emu::allocations.size());
+  {
+    const Config c = tiny("bf16-mw", 1);
+    ModelRun gpu = make_run(make_cuda_backend(), c);
+    EXPECT_EQ(emu::streams_alive, streams + 1);
+    gpu.be->set_profiling(true);
+    const long pushes = emu::nvtx_pushes;
+    train(gpu, c, 1);
+    EXPECT_GT(emu::nvtx_pushes, pushes);
+    EXPECT_EQ(emu::nvtx_depth, 0) << "unbalanced NVTX ranges";
+    const auto prof = gpu.be->take_profile();
+    for (size_t i = 0; i < prof.size() && i < 6; ++i)  // largest first: the emulator's costs
+      std::printf("[   emu    ] %-32s %4lld calls %8.1f ms (emulated)\n", prof[i].name.c_str(),
+                  static_cast<long long>(prof[i].calls), prof[i].ms);
+    bool saw_attention = false, saw_matmul = false;
+    for (const auto& op : prof) {
+      saw_attention |= op.name == "attention_forward";
+      saw_matmul |= op.name == "matmul_forward";
+      EXPECT_GE(op.ms, 0.0) << op.name;
+    }
+    EXPECT_TRUE(saw_attention && saw_matmul) << prof.size() << " operations profiled";
+  }
+  EXPECT_EQ(emu::streams_alive, streams);
+  EXPECT_EQ(emu::events_alive, events);
+  EXPECT_EQ(long(emu::allocations.size()), allocations) << "device memory left allocated";
+}
+
+}  // namespace
+}  // namespace eco
