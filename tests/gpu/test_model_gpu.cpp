@@ -46,6 +46,7 @@
 #include "gpu_test.h"
 #include "model/backend.h"
 #include "model/transformer.h"
+#include "model_run.h"
 #include "optim/optimizer.h"
 #include "quant/treatment.h"
 #include "train/checkpoint.h"
@@ -72,22 +73,6 @@ Config tiny(const std::string& family, const std::string& treatment = "fp32") {
                       "test_model_gpu");
 }
 
-// A backend and a model on it (the model is destroyed first: it holds the backend).
-struct ModelRun {
-  std::unique_ptr<Backend> be;
-  std::unique_ptr<Transformer> model;
-  std::unique_ptr<Optimizer> opt;
-};
-
-ModelRun make_run(std::unique_ptr<Backend> be, const Config& c) {
-  ModelRun r;
-  r.be = std::move(be);
-  r.model = std::make_unique<Transformer>(c.model, *r.be, c.train.batch_size,
-                                          treatment_from_name(c.precision.treatment));
-  r.opt = std::make_unique<Optimizer>(c.optim, *r.model, c.train.seed);
-  r.model->init_weights(c.train.seed);
-  return r;
-}
 
 std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
   Rng r(seed);
@@ -154,20 +139,6 @@ TEST(GpuModel, LlamaForwardBackwardMatchesCpu) {
 }
 
 // Training losses of `steps` steps on the synthetic corpus (the trainer's loop, one micro-batch).
-std::vector<double> train(ModelRun& r, const Config& c, int steps) {
-  const int T = c.model.seq_len;
-  const DataLoader data = DataLoader::synthetic(
-      0, LoaderOptions{kB, T, c.model.vocab_size, c.train.seed, false});
-  std::vector<int32_t> in(size_t(kB) * T), tgt(in.size());
-  std::vector<double> losses;
-  for (int s = 0; s < steps; ++s) {
-    r.model->zero_grad();
-    data.batch(s, in.data(), tgt.data());
-    losses.push_back(r.model->forward_backward(in.data(), tgt.data(), kB, T, 1.0f));
-    r.opt->step(lr_at(c.optim, s, c.warmup_steps(), c.total_steps()), r.opt->grad_norm());
-  }
-  return losses;
-}
 
 void check_training(const std::string& family, const std::string& treatment) {
   const Config c = tiny(family, treatment);

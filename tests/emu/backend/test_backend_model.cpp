@@ -24,17 +24,18 @@
 #include "data/loader.h"
 #include "model/backend.h"
 #include "model/transformer.h"
+#include "model_run.h"
 #include "optim/optimizer.h"
 #include "quant/treatment.h"
 
 namespace eco {
 namespace {
 
-constexpr int kB = 2;  // N = B * T = 32 token rows: FP8 GEMMs (multiples of 16), yet fast
 constexpr double kTrainLossTol = 2e-2;
 
 // 2 layers, d 64, 4 heads, vocab 97 (tests/gpu/test_model_gpu.cpp's tiny model), sequences of 16
-// (32 there): one host thread per CUDA thread makes every row kernel slow.
+// (32 there): one host thread per CUDA thread makes every row kernel slow. Batch 2: N = B * T =
+// 32 token rows, multiples of 16 for the FP8 GEMMs, yet fast.
 Config tiny(const std::string& treatment, int steps) {
   return parse_config(
       "model: {family: gpt2, n_layer: 2, n_head: 4, d_model: 64, vocab_size: 97, seq_len: 16}\n"
@@ -48,35 +49,7 @@ Config tiny(const std::string& treatment, int steps) {
       "test_backend_model");
 }
 
-struct ModelRun {
-  std::unique_ptr<Backend> be;
-  std::unique_ptr<Transformer> model;
-  std::unique_ptr<Optimizer> opt;
-};
-ModelRun make_run(std::unique_ptr<Backend> be, const Config& c) {
-  ModelRun r;
-  r.be = std::move(be);
-  r.model = std::make_unique<Transformer>(c.model, *r.be, c.train.batch_size,
-                                          treatment_from_name(c.precision.treatment));
-  r.opt = std::make_unique<Optimizer>(c.optim, *r.model, c.train.seed);
-  r.model->init_weights(c.train.seed);
-  return r;
-}
 
-std::vector<double> train(ModelRun& r, const Config& c, int steps) {
-  const int T = c.model.seq_len;
-  const DataLoader data =
-      DataLoader::synthetic(0, LoaderOptions{kB, T, c.model.vocab_size, c.train.seed, false});
-  std::vector<int32_t> in(size_t(kB) * T), tgt(in.size());
-  std::vector<double> losses;
-  for (int s = 0; s < steps; ++s) {
-    r.model->zero_grad();
-    data.batch(s, in.data(), tgt.data());
-    losses.push_back(r.model->forward_backward(in.data(), tgt.data(), kB, T, 1.0f));
-    r.opt->step(lr_at(c.optim, s, c.warmup_steps(), c.total_steps()), r.opt->grad_norm());
-  }
-  return losses;
-}
 
 struct DeviceCc {
   int saved;
