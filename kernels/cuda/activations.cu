@@ -31,8 +31,9 @@ struct GeluBackward {  // dinp + gelu'(x) * dout
 // up = gate + H. kBackward: dst is dinp (N, 2H) += (silu'(gate) * up * dout, silu(gate) * dout);
 // otherwise dst is out (N, H) = silu(gate) * up.
 template <bool kBackward>
-__global__ void swiglu_kernel(bf16* dst, const bf16* dout, const bf16* inp, int64_t n, int H,
-                              bool vec) {
+__global__ void __launch_bounds__(kThreads)
+    swiglu_kernel(bf16* dst, const bf16* dout, const bf16* inp, int64_t n, int H,
+                  bool vec) {
   const int64_t i0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kBf16Chunk;
   if (i0 >= n) return;
   const int count = int(n - i0 < kBf16Chunk ? n - i0 : kBf16Chunk);

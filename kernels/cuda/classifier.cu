@@ -35,8 +35,9 @@ __device__ MaxSum combine(MaxSum a, MaxSum b) {
   return {m, sa + sb};
 }
 
-__global__ void crossentropy_kernel(float* losses, bf16* dlogits, const bf16* logits,
-                                    const int32_t* targets, int V, int ld, float dloss) {
+__global__ void __launch_bounds__(kThreads)
+    crossentropy_kernel(float* losses, bf16* dlogits, const bf16* logits,
+                        const int32_t* targets, int V, int ld, float dloss) {
   __shared__ MaxSum warp_parts[kThreads / 32];
   __shared__ MaxSum row;
   const int64_t base = int64_t(blockIdx.x) * ld;

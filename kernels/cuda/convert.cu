@@ -22,15 +22,17 @@ unsigned grid_for(int64_t n) {
   return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t(1) << 16));
 }
 
-__global__ void bf16_to_f32_kernel(float* __restrict__ out, const __nv_bfloat16* __restrict__ in,
-                                   int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    bf16_to_f32_kernel(float* __restrict__ out, const __nv_bfloat16* __restrict__ in,
+                       int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = __bfloat162float(in[i]);
 }
 
 // out may alias in: each element is read, then written, by one thread.
-__global__ void round_to_bf16_f32_kernel(float* out, const float* in, int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    round_to_bf16_f32_kernel(float* out, const float* in, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = bf16_to_float(float_to_bf16(in[i]));
@@ -38,9 +40,10 @@ __global__ void round_to_bf16_f32_kernel(float* out, const float* in, int64_t n)
 
 // Out = float, or __nv_bfloat16 (the fp32 value rounded once, as f32_to_bf16 would round it).
 template <class Out>
-__global__ void dequantize_kernel(Out* __restrict__ out, const uint8_t* __restrict__ codes,
-                                  const float* __restrict__ scales, int64_t n, int64_t cols,
-                                  QFormat f, Granularity g) {
+__global__ void __launch_bounds__(kThreads)
+    dequantize_kernel(Out* __restrict__ out, const uint8_t* __restrict__ codes,
+                      const float* __restrict__ scales, int64_t n, int64_t cols,
+                      QFormat f, Granularity g) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i - r * cols;

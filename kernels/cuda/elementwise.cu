@@ -16,12 +16,14 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
 
-__global__ void scale_inplace_kernel(float* x, float s, int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    scale_inplace_kernel(float* x, float s, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= s;
 }
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    gelu_forward_kernel(float* out, const float* inp, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = gelu_tanh(inp[i]);
 }

@@ -62,10 +62,11 @@ __device__ inline void store_chunk(__nv_bfloat16* p, const float (&x)[kBf16Chunk
 
 // out[i] = f(in0[i], ..., in{kIn-1}[i]) over n elements; out may alias an input (each thread
 // loads its whole chunk before it stores). F is a functor with a __device__ operator().
+constexpr int kMapThreads = 256;  // map_bf16_kernel's block
 template <int kIn, class F>
-__global__ void map_bf16_kernel(__nv_bfloat16* out, const __nv_bfloat16* in0,
-                                const __nv_bfloat16* in1, const __nv_bfloat16* in2, int64_t n,
-                                bool vec, F f) {
+__global__ void __launch_bounds__(kMapThreads)
+    map_bf16_kernel(__nv_bfloat16* out, const __nv_bfloat16* in0, const __nv_bfloat16* in1,
+                    const __nv_bfloat16* in2, int64_t n, bool vec, F f) {
   const int64_t i0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kBf16Chunk;
   if (i0 >= n) return;
   const int count = int(n - i0 < kBf16Chunk ? n - i0 : kBf16Chunk);
@@ -95,9 +96,8 @@ cudaError_t map_bf16(__nv_bfloat16* out, const __nv_bfloat16* in0, const __nv_bf
   }
   if (!ok) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  constexpr int kThreads = 256;
   const int64_t threads = (n + kBf16Chunk - 1) / kBf16Chunk;
-  map_bf16_kernel<kIn><<<unsigned((threads + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+  map_bf16_kernel<kIn><<<unsigned((threads + kMapThreads - 1) / kMapThreads), kMapThreads, 0, s>>>(
       out, in0, in1, in2, n, vec, f);
   return cudaGetLastError();
 }

@@ -17,9 +17,10 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxShards = 1024;
 
-__global__ void embedding_forward_kernel(__nv_bfloat16* out, const int32_t* tokens,
-                                         const float* wte, const float* wpe, int Tn, int C,
-                                         int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_forward_kernel(__nv_bfloat16* out, const int32_t* tokens,
+                             const float* wte, const float* wpe, int Tn, int C,
+                             int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t row = i / C, c = i % C;
@@ -30,10 +31,11 @@ __global__ void embedding_forward_kernel(__nv_bfloat16* out, const int32_t* toke
 
 // grid (ceil(C / kThreads), shards). Each tile of kThreads tokens is tested once (one token per
 // thread, ballots into shared masks); then every thread walks the tile's hits in token order.
-__global__ void embedding_backward_wte_kernel(float* __restrict__ dwte,
-                                              const __nv_bfloat16* __restrict__ dout,
-                                              const int32_t* __restrict__ tokens, int N, int C,
-                                              int shards) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_backward_wte_kernel(float* __restrict__ dwte,
+                                  const __nv_bfloat16* __restrict__ dout,
+                                  const int32_t* __restrict__ tokens, int N, int C,
+                                  int shards) {
   __shared__ int32_t tile[kThreads];
   __shared__ unsigned hits[kThreads / 32];
   const int c = blockIdx.x * kThreads + threadIdx.x;
@@ -57,8 +59,9 @@ __global__ void embedding_backward_wte_kernel(float* __restrict__ dwte,
 }
 
 // One thread per (t, c) of dwpe, summing over b in order.
-__global__ void embedding_backward_wpe_kernel(float* dwpe, const __nv_bfloat16* dout, int B, int Tn,
-                                              int C) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_backward_wpe_kernel(float* dwpe, const __nv_bfloat16* dout, int B, int Tn,
+                                  int C) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(Tn) * C) return;
   float acc = dwpe[i];

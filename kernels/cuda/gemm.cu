@@ -19,6 +19,7 @@ namespace {
 // (N, OC), so the result is deterministic.
 constexpr int kChunkRows = 256;
 constexpr int kRowLanes = 8;
+constexpr int kThreads = 256;  // the element-wise kernels below
 
 // grid (ceil(OC / 32), chunks), block (32, kRowLanes). partials (chunks, OC)
 __global__ void __launch_bounds__(32 * kRowLanes)
@@ -41,9 +42,11 @@ __global__ void __launch_bounds__(32 * kRowLanes)
   }
 }
 
-// Pass 2: dbias[col] += sum over chunks in chunk order. grid (ceil(OC / 256)), block (256).
-__global__ void column_sums_pass2(float* __restrict__ dbias, const float* __restrict__ partials,
-                                  int chunks, int OC) {
+// Pass 2: dbias[col] += sum over chunks in chunk order. grid (ceil(OC / kThreads)), block
+// (kThreads).
+__global__ void __launch_bounds__(kThreads)
+    column_sums_pass2(float* __restrict__ dbias, const float* __restrict__ partials,
+                      int chunks, int OC) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= OC) return;
   float t = 0.0f;
@@ -51,17 +54,19 @@ __global__ void column_sums_pass2(float* __restrict__ dbias, const float* __rest
   dbias[col] += t;
 }
 
-__global__ void f32_to_bf16_kernel(__nv_bfloat16* __restrict__ out, const float* __restrict__ in,
-                                   int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    f32_to_bf16_kernel(__nv_bfloat16* __restrict__ out, const float* __restrict__ in,
+                       int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
-// grid (ceil(cols / 256), min(rows, 65535)), block (256): rows strided over grid.y.
-__global__ void fill_rows_kernel(__nv_bfloat16* __restrict__ out,
-                                 const __nv_bfloat16* __restrict__ bias, int rows, int cols,
-                                 int64_t ld) {
+// grid (ceil(cols / kThreads), min(rows, 65535)), block (kThreads): rows strided over grid.y.
+__global__ void __launch_bounds__(kThreads)
+    fill_rows_kernel(__nv_bfloat16* __restrict__ out,
+                     const __nv_bfloat16* __restrict__ bias, int rows, int cols,
+                     int64_t ld) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= cols) return;
   const __nv_bfloat16 b = bias[col];
@@ -71,11 +76,12 @@ __global__ void fill_rows_kernel(__nv_bfloat16* __restrict__ out,
 int chunk_count(int N) { return (N + kChunkRows - 1) / kChunkRows; }
 
 // out (rows, cols) = bf16(acc * row_scales[r] * col_scales[c] (+ bias[c])): grid
-// (ceil(cols / 256), min(rows, 65535)), rows strided by gridDim.y.
-__global__ void scale_outer_kernel(__nv_bfloat16* __restrict__ out, const float* __restrict__ acc,
-                                   const float* __restrict__ row_scales,
-                                   const float* __restrict__ col_scales,
-                                   const __nv_bfloat16* __restrict__ bias, int rows, int cols) {
+// (ceil(cols / kThreads), min(rows, 65535)), rows strided by gridDim.y.
+__global__ void __launch_bounds__(kThreads)
+    scale_outer_kernel(__nv_bfloat16* __restrict__ out, const float* __restrict__ acc,
+                       const float* __restrict__ row_scales,
+                       const float* __restrict__ col_scales,
+                       const __nv_bfloat16* __restrict__ bias, int rows, int cols) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   const float cs = col_scales[c], b = bias ? __bfloat162float(bias[c]) : 0.0f;
@@ -93,8 +99,8 @@ cudaError_t f32_to_bf16(__nv_bfloat16* out, const float* in, int64_t n, cudaStre
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (out == nullptr || in == nullptr) return cudaErrorInvalidValue;
-  const int64_t blocks = (n + 255) / 256;
-  f32_to_bf16_kernel<<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(out, in, n);
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  f32_to_bf16_kernel<<<unsigned(blocks < 4096 ? blocks : 4096), kThreads, 0, s>>>(out, in, n);
   return cudaGetLastError();
 }
 
@@ -104,8 +110,9 @@ cudaError_t scale_outer_to_bf16(__nv_bfloat16* out, const float* acc, const floa
   if (rows < 0 || cols < 0) return cudaErrorInvalidValue;
   if (rows == 0 || cols == 0) return cudaSuccess;
   if (!out || !acc || !row_scales || !col_scales) return cudaErrorInvalidValue;
-  const dim3 grid(unsigned((cols + 255) / 256), unsigned(rows < 65535 ? rows : 65535));
-  scale_outer_kernel<<<grid, 256, 0, s>>>(out, acc, row_scales, col_scales, bias, rows, cols);
+  const dim3 grid(unsigned((cols + kThreads - 1) / kThreads),
+                  unsigned(rows < 65535 ? rows : 65535));
+  scale_outer_kernel<<<grid, kThreads, 0, s>>>(out, acc, row_scales, col_scales, bias, rows, cols);
   return cudaGetLastError();
 }
 
@@ -114,8 +121,9 @@ cudaError_t fill_rows_with_bias(__nv_bfloat16* out, const __nv_bfloat16* bias, i
   if (rows < 0 || cols < 0 || ld < cols) return cudaErrorInvalidValue;
   if (rows == 0 || cols == 0) return cudaSuccess;
   if (out == nullptr || bias == nullptr) return cudaErrorInvalidValue;
-  const dim3 grid(unsigned((cols + 255) / 256), unsigned(rows < 65535 ? rows : 65535));
-  fill_rows_kernel<<<grid, 256, 0, s>>>(out, bias, rows, cols, ld);
+  const dim3 grid(unsigned((cols + kThreads - 1) / kThreads),
+                  unsigned(rows < 65535 ? rows : 65535));
+  fill_rows_kernel<<<grid, kThreads, 0, s>>>(out, bias, rows, cols, ld);
   return cudaGetLastError();
 }
 
@@ -134,7 +142,8 @@ cudaError_t column_sums_accumulate(float* dbias, float* partials, const __nv_bfl
   column_sums_pass1<<<grid1, block1, 0, s>>>(partials, dout, N, OC);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  column_sums_pass2<<<unsigned((OC + 255) / 256), 256, 0, s>>>(dbias, partials, chunks, OC);
+  column_sums_pass2<<<unsigned((OC + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      dbias, partials, chunks, OC);
   return cudaGetLastError();
 }
 

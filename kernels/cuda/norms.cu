@@ -57,9 +57,10 @@ __device__ void residual_chunk(float (&v)[kBf16Chunk], bf16* xw, const bf16* a, 
 
 // kRms: out = x * rstd * w; otherwise out = (x - mean) * rstd * w + b.
 template <bool kRms, bool kResidual>
-__global__ void norm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* inp, ResidualIn res,
-                                    const float* weight, const float* bias, int N, int C, float eps,
-                                    bool vec) {
+__global__ void __launch_bounds__(kWarps * 32)
+    norm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* inp, ResidualIn res,
+                        const float* weight, const float* bias, int N, int C, float eps,
+                        bool vec) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const int64_t base = int64_t(row) * C;
@@ -110,9 +111,10 @@ __global__ void norm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* i
 // dinp += LayerNorm: s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w;
 //         RMSNorm:   s * (dnorm - x * s^2 * mean(dnorm * x)).
 template <bool kRms>
-__global__ void norm_backward_dinp_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
-                                          const float* weight, const float* mean, const float* rstd,
-                                          int N, int C, bool vec) {
+__global__ void __launch_bounds__(kWarps * 32)
+    norm_backward_dinp_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
+                              const float* weight, const float* mean, const float* rstd,
+                              int N, int C, bool vec) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const int64_t base = int64_t(row) * C;
@@ -165,9 +167,10 @@ __device__ void combine_warps(float (&w)[kBf16Chunk], float (&b)[kBf16Chunk], fl
 
 // Stage 1: pw[chunk, c] = sum over the chunk's rows of dout * (x - mean) * rstd (mean = 0 for
 // RMSNorm); pb[chunk, c] = sum of dout (pb may be null).
-__global__ void norm_param_partials_kernel(float* pw, float* pb, const bf16* dout, const bf16* inp,
-                                           const float* mean, const float* rstd, int N, int C,
-                                           int rows_per_chunk, bool vec) {
+__global__ void __launch_bounds__(kColsPerBlock)
+    norm_param_partials_kernel(float* pw, float* pb, const bf16* dout, const bf16* inp,
+                               const float* mean, const float* rstd, int N, int C,
+                               int rows_per_chunk, bool vec) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, chunk = blockIdx.y;
   const int c0 = blockIdx.x * kColsPerBlock + lane * kBf16Chunk, count = chunk_count(C, c0);
   const int n1 = min(N, (chunk + 1) * rows_per_chunk);
@@ -194,8 +197,9 @@ __global__ void norm_param_partials_kernel(float* pw, float* pb, const bf16* dou
 // warp sums are then added in warp order: the summation order stage 1 uses within a block, so
 // every column's sum is fixed whatever the grid.
 constexpr int kReduceCols = 32;
-__global__ void norm_param_reduce_kernel(float* dweight, float* dbias, const float* pw,
-                                         const float* pb, int chunks, int C) {
+__global__ void __launch_bounds__(kColWarps * 32)
+    norm_param_reduce_kernel(float* dweight, float* dbias, const float* pw,
+                             const float* pb, int chunks, int C) {
   __shared__ float sw[kColWarps][kReduceCols], sb[kColWarps][kReduceCols];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int c = blockIdx.x * kReduceCols + lane;

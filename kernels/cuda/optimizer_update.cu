@@ -581,9 +581,10 @@ cudaError_t launch_quantized_update(const Rule& rule, const FormatQuantizer& q, 
 // Thread t updates elements [4t, 4t + 4) (kVec: one float4 of each buffer), then the tail
 // n - n % 4 .. n - 1 is done by the first n % 4 threads. Element math as the CPU loop.
 template <bool kVec>
-__global__ void fp32_adamw_kernel(float* __restrict__ param, const float* __restrict__ grad,
-                                  float* __restrict__ m, float* __restrict__ v, int64_t n,
-                                  AdamWCoeffs c) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    fp32_adamw_kernel(float* __restrict__ param, const float* __restrict__ grad,
+                      float* __restrict__ m, float* __restrict__ v, int64_t n,
+                      AdamWCoeffs c) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t < n / 4) {
     if constexpr (kVec) {
@@ -609,8 +610,9 @@ __global__ void fp32_adamw_kernel(float* __restrict__ param, const float* __rest
 }
 
 template <bool kVec>
-__global__ void fp32_sgdm_kernel(float* __restrict__ param, const float* __restrict__ grad,
-                                 float* __restrict__ m, int64_t n, SgdmCoeffs c) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    fp32_sgdm_kernel(float* __restrict__ param, const float* __restrict__ grad,
+                     float* __restrict__ m, int64_t n, SgdmCoeffs c) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   auto step = [&](float& w, float g, float& mom) {
     sgdm_moment(g, mom, c);

@@ -94,10 +94,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // Grid-stride over units of 4 elements (unit u: elements 4u .. 4u + 3, exactly SR draw group u,
 // and whole code bytes); element i uses its group's scale.
-__global__ void encode_kernel(const float* __restrict__ x, uint8_t* __restrict__ codes,
-                              const float* __restrict__ scales, int64_t n, int64_t cols, QFormat f,
-                              Granularity g, Rounding rounding, uint64_t seed, uint64_t step,
-                              uint32_t tensor_id) {
+__global__ void __launch_bounds__(kThreads)
+    encode_kernel(const float* __restrict__ x, uint8_t* __restrict__ codes,
+                  const float* __restrict__ scales, int64_t n, int64_t cols, QFormat f,
+                  Granularity g, Rounding rounding, uint64_t seed, uint64_t step,
+                  uint32_t tensor_id) {
   const FormatQuantizer fq{f, rounding, seed, step, tensor_id};
   const bool int4 = f == QFormat::INT4;
   const int64_t units = (n + 3) / 4;

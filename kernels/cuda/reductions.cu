@@ -33,7 +33,8 @@ __device__ double block_sum(double v) {
   return v;
 }
 
-__global__ void sum_squares_partials_kernel(double* partials, const float* x, int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    sum_squares_partials_kernel(double* partials, const float* x, int64_t n) {
   double acc = 0;
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * kThreads)
@@ -42,7 +43,8 @@ __global__ void sum_squares_partials_kernel(double* partials, const float* x, in
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-__global__ void sum_squares_final_kernel(double* out, const double* partials, int count) {
+__global__ void __launch_bounds__(kFinalThreads)
+    sum_squares_final_kernel(double* out, const double* partials, int count) {
   double v = block_sum<kFinalThreads>(int(threadIdx.x) < count ? partials[threadIdx.x] : 0.0);
   if (threadIdx.x == 0) *out = v;
 }

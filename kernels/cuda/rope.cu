@@ -18,7 +18,8 @@ constexpr int kThreads = 256;
 
 // kBackward: dst += R^T src (rotation by -angle); otherwise dst = R src. v: dst (+)= src.
 template <bool kBackward>
-__global__ void rope_kernel(bf16* dst, const bf16* src, int N, int Tn, int C, int NH, float theta) {
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(bf16* dst, const bf16* src, int N, int Tn, int C, int NH, float theta) {
   const int hs = C / NH, half = hs / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(N) * half) return;
