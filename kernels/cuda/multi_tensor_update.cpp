@@ -39,7 +39,8 @@ void MultiTensorPlan::build(const std::vector<MultiTensorSlice>& slices, bool ad
                                    slices.size() * sizeof(MultiTensorSlice),
                                    cudaMemcpyHostToDevice, s));
   if (!chunks.empty())
-    ECO_CHECK_CUDA(cudaMemcpyAsync(chunks_dev_.get(), chunks.data(), chunks.size() * sizeof(MultiTensorChunk),
+    ECO_CHECK_CUDA(cudaMemcpyAsync(chunks_dev_.get(), chunks.data(),
+                                   chunks.size() * sizeof(MultiTensorChunk),
                                    cudaMemcpyHostToDevice, s));
   ECO_CHECK_CUDA(cudaStreamSynchronize(s));  // the host vectors die here
   last_ = slices;
