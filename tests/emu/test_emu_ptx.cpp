@@ -184,4 +184,19 @@ TEST(EmuPtxDeathTest, MisusesAbort) {
   EXPECT_DEATH(over_48k(), "without cudaFuncSetAttribute");
 }
 
+// The transform puts emu_check_launch_bounds(N, name) first in every kernel declared
+// __launch_bounds__(N): a block above N threads, which a GPU would refuse to launch, aborts.
+TEST(EmuRuntime, ABlockAboveItsKernelsLaunchBoundsAborts) {
+  int ran = 0;
+  emu_launch(dim3(1), dim3(32, 8), [&] {
+    emu_check_launch_bounds(256, "k");
+    if (threadIdx.x == 0 && threadIdx.y == 0) ran = 1;
+  });
+  EXPECT_EQ(ran, 1);  // at the bound: runs
+  const auto above = [] {
+    emu_launch(dim3(1), dim3(32, 9), [] { emu_check_launch_bounds(256, "k"); });
+  };
+  EXPECT_DEATH(above(), "k: a block of 288 threads, above its __launch_bounds__\\(256\\)");
+}
+
 }  // namespace

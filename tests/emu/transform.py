@@ -11,6 +11,10 @@
   asm [volatile]("mnemonic operands;" : outputs : inputs [: clobbers]);
       ->  emu::ptx::mnemonic_with_underscores(operands);   (shim/emu_ptx.h)
   reinterpret_cast<[const] V*>(p), V a vector / wide type  ->  emu_al<[const] V, sizeof(V)>(p)
+  __global__ void __launch_bounds__(N[, M]) kernel(params) { body
+      ->  the same, with emu_check_launch_bounds(unsigned(N), "kernel"); first in the body (a
+          block of more than N threads would not launch on a GPU); a __global__ without
+          __launch_bounds__ stops the build (scripts/kernel_resources.sh's rule)
 
 The launch parser is bracket-aware (grids like dim3(f(a, b), c) and templated kernel names).
 An asm statement holds one instruction; its operands ({%0, %1} vectors, [%2] addresses, %3
@@ -241,8 +245,35 @@ def rewrite_asm(src):
     return out + src[pos:], n
 
 
+def rewrite_launch_bounds(src):
+    out, pos, n = '', 0, 0
+    pat = re.compile(r'__global__\s+void\s+')
+    while True:
+        m = pat.search(src, pos)
+        if not m:
+            break
+        b = re.compile(r'__launch_bounds__\s*\(').match(src, m.end())
+        if not b:
+            sys.exit('__global__ without __launch_bounds__: ' + src[m.start():m.start() + 80])
+        close = matching_paren(src, b.end() - 1)
+        max_threads = split_top(src[b.end():close])[0]
+        name = re.compile(r'\s*([A-Za-z_]\w*)\s*\(').match(src, close + 1)
+        if not name:
+            sys.exit('kernel name after __launch_bounds__ not understood: ' + src[m.start():][:80])
+        params_end = matching_paren(src, name.end() - 1)
+        brace = src.index('{', params_end)
+        if src[params_end + 1:brace].strip():
+            sys.exit('kernel body not found: ' + src[m.start():brace + 1])
+        out += (src[pos:brace + 1] +
+                f' emu_check_launch_bounds(unsigned({max_threads}), "{name.group(1)}");')
+        pos = brace + 1
+        n += 1
+    return out + src[pos:], n
+
+
 def main():
     src = open(sys.argv[1]).read()
+    src, bounded = rewrite_launch_bounds(src)
     src, launches = rewrite_launches(src)
     src, casts = rewrite_casts(src)
     src, smem = rewrite_dynamic_smem(src)
@@ -250,8 +281,8 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(sys.argv[2])), exist_ok=True)
     with open(sys.argv[2], 'w') as f:
         f.write(GUARD.format(src=os.path.basename(sys.argv[1])) + src)
-    print(f'{os.path.basename(sys.argv[1])}: {launches} launches, {casts} vector casts, '
-          f'{smem} dynamic shared arrays, {asms} asm statements')
+    print(f'{os.path.basename(sys.argv[1])}: {bounded} kernels, {launches} launches, '
+          f'{casts} vector casts, {smem} dynamic shared arrays, {asms} asm statements')
 
 
 main()

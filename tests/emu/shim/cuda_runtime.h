@@ -292,6 +292,15 @@ void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
   emu_launch_smem(grid, block, 0, kernel, std::forward<A>(a)...);
 }
 
+// First in the body of every kernel declared __launch_bounds__(max_threads) (the transform puts
+// it there): on a GPU a bigger block does not launch.
+inline void emu_check_launch_bounds(unsigned max_threads, const char* kernel) {
+  const unsigned n = emu::bDim.x * emu::bDim.y * emu::bDim.z;
+  if (n > max_threads)
+    emu::fatal("%s: a block of %u threads, above its __launch_bounds__(%u)", kernel, n,
+               max_threads);
+}
+
 // Dynamic shared memory above 48 KiB needs cudaFuncSetAttribute(kernel,
 // cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) first, at most 227 KiB (sm_90); the opt-ins
 // are kept per kernel address, as the runtime keeps them per function.
