@@ -78,9 +78,9 @@ for b in eco-gemm-bench eco-update-bench; do
 done
 cat "$bench_out" >>"$log"
 
-# Training on the GPU: GPT-2 124M, B 8 x T 1024, synthetic data, 30 steps logged every step
-# (configs/gpt2-124m-gpu.yaml), once per treatment. Speed from the median ms/step of steps 6-30
-# (the first steps pick cuBLASLt algorithms and grow scratch buffers), with train.profile on (a
+# Training on the GPU: GPT-2 124M, B 64 x T 1024 (llm.c's micro-batch), synthetic data, 20 steps
+# logged every step (configs/gpt2-124m-gpu.yaml), once per treatment. Speed from the median
+# ms/step of steps 6-20 (the first steps pick cuBLASLt algorithms), with train.profile on (a
 # CUDA event pair around each backend operation: the ms/step breakdown); peak memory sampled by
 # nvidia-smi every 100 ms, against the idle reading before the run; static bytes per quantized
 # parameter from the run's memory ledger (summary.json). MFU counts 6 x params + 12 x layers x
@@ -147,7 +147,7 @@ PY
 )
     train_rows+=("$row")
   done
-  train_note="GPT-2 124M, B 8 x T 1024, 30 steps (configs/gpt2-124m-gpu.yaml); MFU vs 989 TFLOP/s"
+  train_note="GPT-2 124M, B 64 x T 1024, 20 steps (configs/gpt2-124m-gpu.yaml); MFU vs 989 TFLOP/s"
 else
   train_note="skipped: $bin/eco-train missing or refuses configs/gpt2-124m-gpu.yaml (--plan)"
 fi
@@ -162,7 +162,7 @@ grep -E "^\|| GB/s|TFLOP/s|fraction" "$bench_out" | sed 's/^/  /' | tee -a "$log
 say "training:       $train_note"
 if [ "${#train_rows[@]}" -gt 0 ]; then
   say "  (peak GiB: nvidia-smi above idle, CUDA context included; ledger GiB: the run's own buffers)"
-  say "  treatment     ms/step   tokens/s    MFU  peak GiB  ledger GiB  B/q-par  loss@30"
+  say "  treatment     ms/step   tokens/s    MFU  peak GiB  ledger GiB  B/q-par  loss@end"
   for r in "${train_rows[@]}"; do say "  $r"; done
   say "  ms/step by operation (train.profile: CUDA events around each backend operation):"
   for f in "$log_dir"/breakdown_*.txt; do [ -f "$f" ] && say "  $(cat "$f")"; done
