@@ -115,26 +115,43 @@ if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-gpu.yaml --plan
 import json, re, statistics, sys
 d, tr, idle, rc = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 p = f"{d}/train_{tr}"
+def last_words():  # why a run left no output: its log's last line
+    try:
+        return [l.strip() for l in open(p + ".log") if l.strip()][-1][:160]
+    except (OSError, IndexError):
+        return "no log"
 try:
     steps = [json.loads(l) for l in open(p + ".metrics.jsonl")]
     steps = [s for s in steps if "ms_per_step" in s]
-    summ = json.load(open(p + ".summary.json"))
     cfg = open(p + ".config.resolved.yaml").read()
 except OSError as e:
-    print(f"{tr:<12} exit {rc}: no run output ({e.filename})")
+    print(f"{tr:<12} exit {rc}: no run output ({e.filename}): {last_words()}")
     sys.exit()
+if not steps:
+    print(f"{tr:<12} exit {rc}: no step finished: {last_words()}")
+    sys.exit()
+try:  # written at the end: a run cut off by the timeout has none, but its steps still count
+    summ = json.load(open(p + ".summary.json"))
+except OSError:
+    summ = {}
+params = summ.get("params")
+if params is None:  # the log's first line: "model: ..., N parameters; ..."
+    m = re.search(r"(\d+) parameters", open(p + ".log").read())
+    params = int(m.group(1)) if m else float("nan")
 key = lambda k: int(re.search(rf"\b{k}: (\d+)", cfg).group(1))
 L, T, C, B = key("n_layer"), key("seq_len"), key("d_model"), key("batch_size")
 timed = [s["ms_per_step"] for s in steps if s["step"] > 5] or [s["ms_per_step"] for s in steps]
 ms = statistics.median(timed)
 tok_s = B * T / (ms / 1000)
-mfu = (6 * summ["params"] + 12 * L * T * C) * tok_s / 989e12
+mfu = (6 * params + 12 * L * T * C) * tok_s / 989e12
 mem = [float(x) for x in open(p + ".mem").read().split() if x.replace(".", "").isdigit()]
 peak = (max(mem) - idle) / 1024 if mem else float("nan")
-m = summ["memory"]
-print(f"{tr:<12} {ms:8.1f} {tok_s:10.0f} {100 * mfu:6.1f}% {peak:10.2f} {m['total'] / 2**30:10.2f} "
-      f"{m['static_bytes_per_quantized_param']:8.3f} {summ['final_train_loss'] or float('nan'):8.4f}"
-      f"  exit {rc}")
+m = summ.get("memory", {})
+nan = float("nan")
+loss = summ.get("final_train_loss") or steps[-1].get("train_loss", nan)
+print(f"{tr:<12} {ms:8.1f} {tok_s:10.0f} {100 * mfu:6.1f}% {peak:10.2f} "
+      f"{m.get('total', nan) / 2**30:10.2f} {m.get('static_bytes_per_quantized_param', nan):8.3f} "
+      f"{loss:8.4f}  exit {rc}" + ("" if summ else f", {len(steps)} steps, no summary.json"))
 prof = summ.get("profile")
 if prof:
     ops = sorted(prof["operations"].items(), key=lambda kv: -kv[1]["ms_per_step"])
@@ -158,7 +175,7 @@ say "GPU:            $gpu"
 say "GPU tests:      $passed passed, $failed failed, $skipped skipped (exit $tests_rc)"
 grep '^\[  FAILED  \].*(' "$log_dir/gpu_tests.log" | sed 's/^/  /' | tee -a "$log"
 say "benchmarks:"
-grep -E "^\|| GB/s|TFLOP/s|fraction" "$bench_out" | sed 's/^/  /' | tee -a "$log"
+grep -E "^\|| GB/s|TFLOP/s|fraction|failed" "$bench_out" | sed 's/^/  /' | tee -a "$log"
 say "training:       $train_note"
 if [ "${#train_rows[@]}" -gt 0 ]; then
   say "  (peak GiB: nvidia-smi above idle, CUDA context included; ledger GiB: the run's own buffers)"
