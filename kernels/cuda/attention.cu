@@ -316,21 +316,28 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-size_t forward_smem(int hs) {
+constexpr size_t forward_smem(int hs) {
   return sizeof(float) *
          (size_t(kRowTile) * hs + size_t(kStreamTile) * (hs + 1) + size_t(kStreamTile) * hs);
 }
-size_t dq_smem(int hs) {
+constexpr size_t dq_smem(int hs) {
   return sizeof(float) * (2 * size_t(kRowTile) * hs + 2 * size_t(kStreamTile) * (hs + 1));
 }
-size_t dkdv_smem(int hs) { return dq_smem(hs) + sizeof(float) * 2 * kStreamTile; }
+constexpr size_t dkdv_smem(int hs) { return dq_smem(hs) + sizeof(float) * 2 * kStreamTile; }
+// At the largest head size, within the smallest opt-in limit of the architectures built (sm_89 /
+// sm_86: 99 KiB per block), so the kernels never fail to launch for shared memory.
+static_assert(forward_smem(kAttentionMaxHeadSize) <= 99 * 1024 &&
+                  dq_smem(kAttentionMaxHeadSize) <= 99 * 1024 &&
+                  dkdv_smem(kAttentionMaxHeadSize) <= 99 * 1024,
+              "the flash attention's shared memory exceeds sm_89's 99 KiB");
 
 bool shape_ok(int B, int T, int C, int NH) {
   return B >= 1 && T >= 1 && NH >= 1 && C >= NH && C % NH == 0 && C / NH <= kAttentionMaxHeadSize &&
          B <= 65535 && NH <= 65535;
 }
 
-// Above 48 KiB of dynamic shared memory a kernel must opt in (sm_80+: up to 163 KiB).
+// Above 48 KiB of dynamic shared memory a kernel must opt in (up to 163 KiB on sm_80, 99 on
+// sm_89, 227 on sm_90).
 template <class Kernel>
 cudaError_t allow_smem(Kernel kernel, size_t bytes) {
   if (bytes <= kDefaultSmem) return cudaSuccess;

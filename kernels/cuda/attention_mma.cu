@@ -225,6 +225,12 @@ template <int HS>
 constexpr size_t dkdv_smem() {
   return dq_smem<HS>() + sizeof(float) * 4 * bwd_step(HS);
 }
+// Every head size fits the smallest opt-in limit of the architectures built (sm_89 / sm_86:
+// 99 KiB per block; sm_80 163, sm_90 227), so the path never fails to launch for shared memory.
+constexpr size_t kSmallestSmemOptIn = 99 * 1024;
+static_assert(forward_smem<128>() <= kSmallestSmemOptIn && dq_smem<128>() <= kSmallestSmemOptIn &&
+                  dkdv_smem<128>() <= kSmallestSmemOptIn,
+              "the mma attention's shared memory exceeds sm_89's 99 KiB");
 
 // grid (NH, B, ceil(T / 64)), block kThreads, dynamic smem forward_smem<HS>():
 // Q (64, hs + 8), then 2 x {K, V} (64, hs + 8).
