@@ -60,9 +60,11 @@ timeout 200 "$bin"/tests/eco_gpu_tests --gtest_filter="-$unverified" \
 tests_rc=$?
 timeout 40 "$bin"/tests/eco_gpu_tests --gtest_filter="$unverified" \
   --gtest_output=xml:"$log_dir/gpu_tests_unverified.xml" >>"$log_dir/gpu_tests.log" 2>&1
-rc=$?
-[ "$tests_rc" = 0 ] && tests_rc=$rc
+mma_rc=$?
+[ "$tests_rc" = 0 ] && tests_rc=$mma_rc
 cat "$log_dir/gpu_tests.log" >>"$log"
+mma_passed=$(grep -c '^\[       OK \] GpuAttentionMma\.' "$log_dir/gpu_tests.log")
+mma_skipped=$(grep -c '^\[  SKIPPED \] GpuAttentionMma\.' "$log_dir/gpu_tests.log")
 passed=$(grep -c '^\[       OK \]' "$log_dir/gpu_tests.log")
 failed=$(grep -c '^\[  FAILED  \].*(' "$log_dir/gpu_tests.log")
 skipped=$(grep -c '^\[  SKIPPED \].*(' "$log_dir/gpu_tests.log")
@@ -184,5 +186,22 @@ if [ "${#train_rows[@]}" -gt 0 ]; then
   say "  ms/step by operation (train.profile: CUDA events around each backend operation):"
   for f in "$log_dir"/breakdown_*.txt; do [ -f "$f" ] && say "  $(cat "$f")"; done
 fi
+# The verdict on the mma attention (ECO_CUDA_ATTENTION=auto keeps the GEMM path until it has
+# passed its tests on a GPU and trains faster; kernels/common/cuda_attention.h).
+ms_of() { for r in "${train_rows[@]}"; do [ "${r%% *}" = "$1" ] && awk '{print $2}' <<<"$r"; done; }
+gemm_ms=$(ms_of bf16-mw)
+mma_ms=$(ms_of bf16-mw-mma)
+if [ "$mma_skipped" != 0 ]; then
+  verdict="$mma_skipped of its tests skipped (no GPU): keep auto on the GEMM path"
+elif [ "$mma_rc" != 0 ] || [ "$mma_passed" = 0 ]; then
+  verdict="its tests did not pass ($mma_passed passed, exit $mma_rc): keep auto on the GEMM path"
+elif ! [[ "$gemm_ms" =~ ^[0-9.]+$ && "$mma_ms" =~ ^[0-9.]+$ ]]; then
+  verdict="its $mma_passed tests passed; no training times to compare"
+elif awk -v a="$mma_ms" -v b="$gemm_ms" 'BEGIN { exit !(a < b) }'; then
+  verdict="its $mma_passed tests passed and it trains faster ($mma_ms vs $gemm_ms ms/step): let auto pick it"
+else
+  verdict="its $mma_passed tests passed but it is not faster ($mma_ms vs $gemm_ms ms/step)"
+fi
+say "mma attention:  $verdict"
 say "wall time:      $(( $(date +%s) - start )) s; full log: $log"
 [ "$tests_rc" = 0 ] && [ "$train_rc" = 0 ]

@@ -45,6 +45,8 @@ for t in bf16-mw bf16-mw-mma fp8-eco-sr; do
     fail "training row $t does not say why it failed"
 done
 grep -q "B 64 x T 1024, 20 steps" "$WORK/out" || fail "training setting not reported"
+grep -qE "^mma attention: +[0-9]+ of its tests skipped \(no GPU\): keep auto on the GEMM path" \
+  "$WORK/out" || fail "no verdict on the mma attention"
 grep -q "^wall time:" "$WORK/out" || fail "no wall time"
 [ -s "$WORK/log/gpu_check.log" ] || fail "no gpu_check.log"
 echo "gpu_check dry run ok"
