@@ -230,28 +230,28 @@ def asm_call(stmt, body):
     return f'emu::ptx::{name}({", ".join(args)})'
 
 
-def rewrite_asm(src):
+def rewrite_each(src, pat, replace):
+    """Rewrites each match of pat, left to right: replace(m) returns (end, text), the text that
+    takes the place of src[m.start():end]. Returns the new source and the number of matches."""
     out, pos, n = '', 0, 0
-    pat = re.compile(r'\b(?:asm|__asm__)\s*(?:(?:volatile|__volatile__)\s*)?\(')
-    while True:
-        m = pat.search(src, pos)
-        if not m:
-            break
-        close = matching_paren(src, m.end() - 1)
-        stmt = src[m.start():close + 1]
-        out += src[pos:m.start()] + asm_call(stmt, src[m.end():close])
-        pos = close + 1
+    while m := pat.search(src, pos):
+        end, text = replace(m)
+        out += src[pos:m.start()] + text
+        pos = end
         n += 1
     return out + src[pos:], n
 
 
+def rewrite_asm(src):
+    def replace(m):
+        close = matching_paren(src, m.end() - 1)
+        return close + 1, asm_call(src[m.start():close + 1], src[m.end():close])
+    return rewrite_each(src, re.compile(r'\b(?:asm|__asm__)\s*(?:(?:volatile|__volatile__)\s*)?\('),
+                        replace)
+
+
 def rewrite_launch_bounds(src):
-    out, pos, n = '', 0, 0
-    pat = re.compile(r'__global__\s+void\s+')
-    while True:
-        m = pat.search(src, pos)
-        if not m:
-            break
+    def replace(m):
         b = re.compile(r'__launch_bounds__\s*\(').match(src, m.end())
         if not b:
             sys.exit('__global__ without __launch_bounds__: ' + src[m.start():m.start() + 80])
@@ -264,11 +264,9 @@ def rewrite_launch_bounds(src):
         brace = src.index('{', params_end)
         if src[params_end + 1:brace].strip():
             sys.exit('kernel body not found: ' + src[m.start():brace + 1])
-        out += (src[pos:brace + 1] +
-                f' emu_check_launch_bounds(unsigned({max_threads}), "{name.group(1)}");')
-        pos = brace + 1
-        n += 1
-    return out + src[pos:], n
+        return brace + 1, (src[m.start():brace + 1] +
+                           f' emu_check_launch_bounds(unsigned({max_threads}), "{name.group(1)}");')
+    return rewrite_each(src, re.compile(r'__global__\s+void\s+'), replace)
 
 
 def main():
