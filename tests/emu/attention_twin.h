@@ -23,24 +23,15 @@
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
+#include "tests/gpu/attention_shape.h"
 
 namespace attn {
 
 using bf16 = __nv_bfloat16;
+using emuh::bf16p;
 using emuh::Guarded;
 
-struct Shape {
-  int B, T, NH, hs;
-  int C() const { return NH * hs; }
-  size_t n_qkv() const { return size_t(B) * T * 3 * C(); }
-  size_t n_out() const { return size_t(B) * T * C(); }
-  size_t n_lse() const { return size_t(B) * NH * T; }
-  std::string str() const {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "B%d T%d NH%d hs%d", B, T, NH, hs);
-    return buf;
-  }
-};
+using Shape = AttnShape;  // tests/gpu/attention_shape.h, as the GPU test
 
 // One implementation of the attention.cuh contract (emulated; synchronous).
 struct Path {
@@ -113,7 +104,6 @@ inline std::vector<float> values(const std::vector<uint16_t>& bits) {
   for (size_t i = 0; i < bits.size(); ++i) v[i] = emuh::bf(bits[i]);
   return v;
 }
-inline bf16* B16(Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); }
 
 using eco::rel_err;  // src/core/rel_err.h
 
@@ -151,11 +141,11 @@ inline void expect_forward_matches_cpu(const Path& path, const std::vector<Shape
   for (const Shape& s : shapes) {
     SCOPED_TRACE(std::string(path.name) + " " + s.str());
     const Bf16Data qkv = random_bf16(s.n_qkv(), 100 + s.T + s.hs, 1.0f);
-    std::vector<float> ref(s.n_out()), att(s.n_lse() * s.T);
+    std::vector<float> ref(s.n_out()), att(s.n_att());
     eco::cpu::attention_forward(ref.data(), att.data(), qkv.values.data(), s.B, s.T, s.C(), s.NH);
     Guarded<uint16_t> d_qkv(qkv.bits), d_out(s.n_out());
     Guarded<float> d_lse(s.n_lse());
-    path.forward(B16(d_out), d_lse.data(), B16(d_qkv), s);
+    path.forward(bf16p(d_out), d_lse.data(), bf16p(d_qkv), s);
     const double e = rel_err(values(d_out.host()), ref);
     const std::vector<float> lse = d_lse.host();
     const std::vector<double> lse_ref = reference_lse(qkv.values, s);
@@ -185,17 +175,18 @@ inline void expect_backward_matches_cpu(const Path& fwd, const Path& bwd,
     const Bf16Data dqkv0 = random_bf16(n, 400 + s.T + s.hs, 0.05f);  // backward accumulates
     Guarded<uint16_t> d_qkv(qkv.bits), d_dout(dout.bits), d_out(s.n_out()), d_dqkv(dqkv0.bits);
     Guarded<float> d_lse(s.n_lse()), d_D(s.n_lse());
-    fwd.forward(B16(d_out), d_lse.data(), B16(d_qkv), s);
+    fwd.forward(bf16p(d_out), d_lse.data(), bf16p(d_qkv), s);
     const std::vector<uint16_t> out_bits = d_out.host();
     const std::vector<float> lse_bits = d_lse.host();
 
-    std::vector<float> out(s.n_out()), att(s.n_lse() * s.T), scratch(att.size()),
+    std::vector<float> out(s.n_out()), att(s.n_att()), scratch(att.size()),
         ref = dqkv0.values;
     eco::cpu::attention_forward(out.data(), att.data(), qkv.values.data(), s.B, s.T, s.C(), s.NH);
     eco::cpu::attention_backward(ref.data(), scratch.data(), dout.values.data(), qkv.values.data(),
                                  att.data(), s.B, s.T, s.C(), s.NH);
 
-    bwd.backward(B16(d_dqkv), d_D.data(), B16(d_dout), B16(d_qkv), B16(d_out), d_lse.data(), s);
+    bwd.backward(bf16p(d_dqkv), d_D.data(), bf16p(d_dout), bf16p(d_qkv), bf16p(d_out), d_lse.data(),
+                 s);
     const std::vector<float> got = values(d_dqkv.host());
     std::vector<float> g_got(n), g_ref(n);
     for (size_t i = 0; i < n; ++i) {
@@ -244,8 +235,9 @@ inline void run_forward_and_backward(const Path& path, const Shape& s) {
   const Bf16Data qkv = random_bf16(s.n_qkv(), 601, 1.0f), dout = random_bf16(s.n_out(), 602, 1.0f);
   Guarded<uint16_t> d_qkv(qkv.bits), d_dout(dout.bits), d_out(s.n_out()), d_dqkv(s.n_qkv());
   Guarded<float> d_lse(s.n_lse()), d_D(s.n_lse());
-  path.forward(B16(d_out), d_lse.data(), B16(d_qkv), s);
-  path.backward(B16(d_dqkv), d_D.data(), B16(d_dout), B16(d_qkv), B16(d_out), d_lse.data(), s);
+  path.forward(bf16p(d_out), d_lse.data(), bf16p(d_qkv), s);
+  path.backward(bf16p(d_dqkv), d_D.data(), bf16p(d_dout), bf16p(d_qkv), bf16p(d_out), d_lse.data(),
+                s);
 }
 
 // Forward + backward twice, the second time with the blocks in reverse order: the same bits (out,
@@ -260,8 +252,9 @@ inline void expect_deterministic(const Path& path, const Shape& s) {
     Guarded<uint16_t> d_qkv(qkv.bits), d_dout(dout.bits), d_out(s.n_out()), d_dqkv(dqkv0.bits);
     Guarded<float> d_lse(s.n_lse()), d_D(s.n_lse());
     emu::reverse_blocks = run == 1;
-    path.forward(B16(d_out), d_lse.data(), B16(d_qkv), s);
-    path.backward(B16(d_dqkv), d_D.data(), B16(d_dout), B16(d_qkv), B16(d_out), d_lse.data(), s);
+    path.forward(bf16p(d_out), d_lse.data(), bf16p(d_qkv), s);
+    path.backward(bf16p(d_dqkv), d_D.data(), bf16p(d_dout), bf16p(d_qkv), bf16p(d_out),
+                  d_lse.data(), s);
     emu::reverse_blocks = false;
     outs[run] = d_out.host();
     lses[run] = d_lse.host();

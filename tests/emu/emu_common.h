@@ -1,6 +1,7 @@
 // Shared helpers of the emulator tests: random data, bf16 bits, guarded host "device" buffers
 // (0xFF guard bands that must survive), bitwise diffs, a failure tally reported to GoogleTest.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #if !defined(ECO_CUDA_EMU) || defined(__CUDA_RUNTIME_H__)
 #error "tests/emu must see the emulator's cuda_runtime.h (tests/emu/shim), not the toolkit's"
@@ -67,6 +68,11 @@ struct Guarded {
     return true;
   }
 };
+
+// A bf16 buffer (held as its uint16_t bits) as the kernels take it.
+inline __nv_bfloat16* bf16p(Guarded<uint16_t>& g) {
+  return reinterpret_cast<__nv_bfloat16*>(g.data());
+}
 
 // Number of elements whose bits differ; *first the index of the first.
 template <class T>

@@ -31,8 +31,6 @@ using namespace emuh;
 using bf16 = __nv_bfloat16;
 namespace ec = eco::cuda;
 
-bf16* B(Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); }
-
 std::vector<float> widen(const std::vector<uint16_t>& x) {
   std::vector<float> v(x.size());
   for (size_t i = 0; i < x.size(); ++i) v[i] = bf(x[i]);
@@ -56,8 +54,9 @@ void swiglu_case(Tally& tally, int N, int H, bool backward, bool misaligned, uin
   const std::vector<uint16_t> dinp0 = to_bf16(randn(n_in, seed + 2, 1.0f));
   Guarded<uint16_t> d_inp(inp, mis), d_dout(dout), d_dinp(dinp0), d_out{n_out};  // out: NaN
   emu::sequential = true;
-  const cudaError_t e = backward ? ec::swiglu_backward(B(d_dinp), B(d_dout), B(d_inp), N, H)
-                                 : ec::swiglu_forward(B(d_out), B(d_inp), N, H);
+  const cudaError_t e = backward
+                            ? ec::swiglu_backward(bf16p(d_dinp), bf16p(d_dout), bf16p(d_inp), N, H)
+                            : ec::swiglu_forward(bf16p(d_out), bf16p(d_inp), N, H);
   emu::sequential = false;
   check(e == cudaSuccess, "launch");
   const std::vector<float> x = widen(inp), d = widen(dout);
@@ -99,8 +98,8 @@ void gelu_case(Tally& tally, int64_t n, bool backward, bool misaligned, uint64_t
   const std::vector<uint16_t> dinp0 = to_bf16(randn(size_t(n), seed + 2, 1.0f));
   Guarded<uint16_t> d_inp(inp, mis), d_dout(dout), d_dinp(dinp0), d_out{size_t(n)};  // out: NaN
   emu::sequential = true;
-  const cudaError_t e = backward ? ec::gelu_backward(B(d_dinp), B(d_inp), B(d_dout), n)
-                                 : ec::gelu_forward(B(d_out), B(d_inp), n);
+  const cudaError_t e = backward ? ec::gelu_backward(bf16p(d_dinp), bf16p(d_inp), bf16p(d_dout), n)
+                                 : ec::gelu_forward(bf16p(d_out), bf16p(d_inp), n);
   emu::sequential = false;
   check(e == cudaSuccess, "launch");
   const std::vector<uint16_t> got = backward ? d_dinp.host() : d_out.host();

@@ -22,8 +22,6 @@ using namespace emuh;
 using bf16 = __nv_bfloat16;
 namespace ec = eco::cuda;
 
-bf16* B16(Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); }
-
 struct Rows {
   int NH, T;
   int64_t ld;
@@ -53,7 +51,7 @@ struct Softmax {
 Softmax run_softmax(const Rows& r, const std::vector<float>& S) {
   Guarded<float> d_S(S), d_lse(size_t(r.NH) * size_t(r.T));
   Guarded<uint16_t> d_P(r.n());
-  EXPECT_EQ(ec::attention_causal_softmax(B16(d_P), d_lse.data(), d_S.data(), r.NH, r.T, r.ld),
+  EXPECT_EQ(ec::attention_causal_softmax(bf16p(d_P), d_lse.data(), d_S.data(), r.NH, r.T, r.ld),
             cudaSuccess);
   EXPECT_TRUE(d_P.guards_intact() && d_lse.guards_intact());
   return {d_P.host(), d_lse.host()};
@@ -98,7 +96,7 @@ TEST(EmuAttentionGemmRows, ProbabilitiesFromTheSavedLseAreTheSoftmaxsBits) {
     const Softmax sm = run_softmax(r, S);
     Guarded<float> d_S(S), d_lse(sm.lse);
     Guarded<uint16_t> d_P(r.n());
-    ASSERT_EQ(ec::attention_causal_probs(B16(d_P), d_S.data(), d_lse.data(), r.NH, r.T, r.ld),
+    ASSERT_EQ(ec::attention_causal_probs(bf16p(d_P), d_S.data(), d_lse.data(), r.NH, r.T, r.ld),
               cudaSuccess);
     const std::vector<uint16_t> P = d_P.host();
     long differ_bits = 0;
@@ -119,7 +117,7 @@ TEST(EmuAttentionGemmRows, SoftmaxBackwardIsPTimesDpMinusDBitForBit) {
                              D = randn(size_t(r.NH) * size_t(r.T), 5, 1.0f);
     Guarded<uint16_t> d_P(sm.P);
     Guarded<float> d_dP(dP), d_D(D);
-    ASSERT_EQ(ec::attention_softmax_backward(B16(d_P), d_dP.data(), d_D.data(), r.NH, r.T, r.ld),
+    ASSERT_EQ(ec::attention_softmax_backward(bf16p(d_P), d_dP.data(), d_D.data(), r.NH, r.T, r.ld),
               cudaSuccess);
     const std::vector<uint16_t> dS = d_P.host();
     long bad = 0;
@@ -150,7 +148,7 @@ TEST(EmuAttentionGemmRows, RowdotMatchesFloat64AtAnyAlignment) {
     const std::vector<uint16_t> dout = to_bf16(randn(n, 6, 1.0f)), out = to_bf16(randn(n, 7, 1.0f));
     Guarded<uint16_t> d_dout(dout, c.misalign), d_out(out, c.misalign);
     Guarded<float> d_D(size_t(c.B) * size_t(c.NH) * size_t(c.T), c.misalign);
-    ASSERT_EQ(ec::attention_rowdot(d_D.data(), B16(d_dout), B16(d_out), c.B, c.T, c.C, c.NH),
+    ASSERT_EQ(ec::attention_rowdot(d_D.data(), bf16p(d_dout), bf16p(d_out), c.B, c.T, c.C, c.NH),
               cudaSuccess);
     const std::vector<float> D = d_D.host();
     const int hs = c.C / c.NH;
@@ -175,18 +173,20 @@ TEST(EmuAttentionGemmRows, RowdotMatchesFloat64AtAnyAlignment) {
 TEST(EmuAttentionGemmRows, RejectsRaggedStridesMisalignedMatricesAndNullStatistics) {
   Guarded<float> S(size_t(64)), lse(size_t(8));
   Guarded<uint16_t> P(size_t(64));
-  EXPECT_EQ(ec::attention_causal_softmax(B16(P), lse.data(), S.data(), 1, 4, 12),
+  EXPECT_EQ(ec::attention_causal_softmax(bf16p(P), lse.data(), S.data(), 1, 4, 12),
             cudaErrorInvalidValue);
-  EXPECT_EQ(ec::attention_causal_softmax(B16(P), lse.data(), S.data(), 1, 9, 8),
+  EXPECT_EQ(ec::attention_causal_softmax(bf16p(P), lse.data(), S.data(), 1, 9, 8),
             cudaErrorInvalidValue);
-  EXPECT_EQ(ec::attention_causal_softmax(B16(P) + 1, lse.data(), S.data(), 1, 4, 8),
+  EXPECT_EQ(ec::attention_causal_softmax(bf16p(P) + 1, lse.data(), S.data(), 1, 4, 8),
             cudaErrorInvalidValue);
-  EXPECT_EQ(ec::attention_causal_softmax(B16(P), nullptr, S.data(), 1, 4, 8),
+  EXPECT_EQ(ec::attention_causal_softmax(bf16p(P), nullptr, S.data(), 1, 4, 8),
             cudaErrorInvalidValue);
-  EXPECT_EQ(ec::attention_causal_probs(B16(P), S.data(), nullptr, 1, 4, 8), cudaErrorInvalidValue);
-  EXPECT_EQ(ec::attention_softmax_backward(B16(P), S.data(), nullptr, 1, 4, 8),
+  EXPECT_EQ(ec::attention_causal_probs(bf16p(P), S.data(), nullptr, 1, 4, 8),
             cudaErrorInvalidValue);
-  EXPECT_EQ(ec::attention_rowdot(lse.data(), B16(P), B16(P), 1, 4, 10, 3), cudaErrorInvalidValue);
+  EXPECT_EQ(ec::attention_softmax_backward(bf16p(P), S.data(), nullptr, 1, 4, 8),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(ec::attention_rowdot(lse.data(), bf16p(P), bf16p(P), 1, 4, 10, 3),
+            cudaErrorInvalidValue);
   EXPECT_TRUE(S.guards_intact() && P.guards_intact() && lse.guards_intact());
 }
 

@@ -18,6 +18,7 @@ namespace {
 using attn::kFlash;
 using attn::kGemm;
 using attn::Shape;
+using emuh::bf16p;
 
 const std::vector<Shape> kShapes = {{1, 1, 1, 32},  {2, 7, 2, 8},    {2, 17, 3, 64},
                                     {1, 65, 2, 72}, {2, 130, 2, 32}, {1, 33, 1, 128}};
@@ -59,11 +60,11 @@ TEST(EmuAttentionGemmPath, ReusesItsPlansAcrossCallsAndSequences) {
   emuh::Guarded<float> d_lse(s.n_lse()), d_D(s.n_lse());
   auto scratch = attn::poisoned_scratch(s);
   const auto run = [&] {
-    eco::cuda::attention_gemm_forward(engine, attn::B16(d_out), d_lse.data(), attn::B16(d_qkv),
+    eco::cuda::attention_gemm_forward(engine, bf16p(d_out), d_lse.data(), bf16p(d_qkv),
                                       scratch.get(), scratch.bytes(), s.B, s.T, s.C(), s.NH);
-    eco::cuda::attention_gemm_backward(engine, attn::B16(d_dqkv), d_D.data(), scratch.get(),
-                                       scratch.bytes(), attn::B16(d_dout), attn::B16(d_qkv),
-                                       attn::B16(d_out), d_lse.data(), s.B, s.T, s.C(), s.NH);
+    eco::cuda::attention_gemm_backward(engine, bf16p(d_dqkv), d_D.data(), scratch.get(),
+                                       scratch.bytes(), bf16p(d_dout), bf16p(d_qkv),
+                                       bf16p(d_out), d_lse.data(), s.B, s.T, s.C(), s.NH);
   };
   run();
   // Forward: S, O; backward: S (the forward's), dV, dP, dQ, dK (dQ and dK differ in trans_a).
@@ -91,18 +92,18 @@ TEST(EmuAttentionGemmPath, RejectsShapesAndBuffersItCannotTake) {
   auto scratch = attn::poisoned_scratch(s);
   const auto fwd = [&](attn::bf16* o, int C, int NH, void* scr, size_t bytes) {
     return [&, o, C, NH, scr, bytes] {
-      eco::cuda::attention_gemm_forward(engine, o, lse.data(), attn::B16(qkv), scr, bytes, s.B, s.T,
+      eco::cuda::attention_gemm_forward(engine, o, lse.data(), bf16p(qkv), scr, bytes, s.B, s.T,
                                         C, NH);
     };
   };
   EXPECT_TRUE(
-      eco::cuda::attention_gemm_supported(s.B, s.T, s.C(), s.NH, {attn::B16(qkv), attn::B16(out)}));
-  expect_throws_naming(fwd(attn::B16(out), 36, 3, scratch.get(), scratch.bytes()), "C=36 NH=3");
-  expect_throws_naming(fwd(attn::B16(out) + 1, s.C(), s.NH, scratch.get(), scratch.bytes()),
+      eco::cuda::attention_gemm_supported(s.B, s.T, s.C(), s.NH, {bf16p(qkv), bf16p(out)}));
+  expect_throws_naming(fwd(bf16p(out), 36, 3, scratch.get(), scratch.bytes()), "C=36 NH=3");
+  expect_throws_naming(fwd(bf16p(out) + 1, s.C(), s.NH, scratch.get(), scratch.bytes()),
                        "16-byte aligned");
-  expect_throws_naming(fwd(attn::B16(out), s.C(), s.NH, scratch.get(), scratch.bytes() - 1),
+  expect_throws_naming(fwd(bf16p(out), s.C(), s.NH, scratch.get(), scratch.bytes() - 1),
                        "scratch");
-  expect_throws_naming(fwd(attn::B16(out), s.C(), s.NH, static_cast<char*>(scratch.get()) + 16,
+  expect_throws_naming(fwd(bf16p(out), s.C(), s.NH, static_cast<char*>(scratch.get()) + 16,
                            scratch.bytes() - 16),
                        "256-aligned");
   EXPECT_EQ(engine.heuristic_queries(), 0);

@@ -31,7 +31,6 @@ void run(Tally& tally, int N, int V, int ld, const std::vector<int32_t>& targets
   for (int n = 0; n < N; ++n)
     std::memcpy(&strided[size_t(n) * ld], &packed[size_t(n) * V], size_t(V) * 2);
   Guarded<int32_t> d_t(targets);
-  auto B = [](Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); };
   auto check = [&](bool ok, const std::string& what) {
     ++tally.cases;
     if (!ok) tally.fail(tag + ": " + what);
@@ -39,8 +38,8 @@ void run(Tally& tally, int N, int V, int ld, const std::vector<int32_t>& targets
   // A: packed, out of place (the baseline).
   Guarded<uint16_t> lP(packed), dP(size_t(N) * V);
   Guarded<float> lossP{size_t(N)};
-  check(eco::cuda::crossentropy_forward_backward(lossP.data(), B(dP), B(lP), d_t.data(), N, V, V,
-                                                 dloss) == cudaSuccess,
+  check(eco::cuda::crossentropy_forward_backward(lossP.data(), bf16p(dP), bf16p(lP), d_t.data(), N,
+                                                 V, V, dloss) == cudaSuccess,
         "packed launch");
   const std::vector<float> loss_p = lossP.host();
   const std::vector<uint16_t> g_p = dP.host();
@@ -49,8 +48,8 @@ void run(Tally& tally, int N, int V, int ld, const std::vector<int32_t>& targets
   // B: strided, out of place, dlogits pre-filled with NaN.
   Guarded<uint16_t> lS(strided), dS(size_t(N) * ld);
   Guarded<float> lossS{size_t(N)};
-  check(eco::cuda::crossentropy_forward_backward(lossS.data(), B(dS), B(lS), d_t.data(), N, V, ld,
-                                                 dloss) == cudaSuccess,
+  check(eco::cuda::crossentropy_forward_backward(lossS.data(), bf16p(dS), bf16p(lS), d_t.data(), N,
+                                                 V, ld, dloss) == cudaSuccess,
         "strided launch");
   const std::vector<uint16_t> g_s = dS.host();
   check(differ(lossS.host(), loss_p) == 0, "strided losses differ from packed");
@@ -72,8 +71,8 @@ void run(Tally& tally, int N, int V, int ld, const std::vector<int32_t>& targets
     Guarded<uint16_t> buf(strided);
     Guarded<float> lossI{size_t(N)};
     emu::reverse_blocks = rev;
-    check(eco::cuda::crossentropy_forward_backward(lossI.data(), B(buf), B(buf), d_t.data(), N, V,
-                                                   ld, dloss) == cudaSuccess,
+    check(eco::cuda::crossentropy_forward_backward(lossI.data(), bf16p(buf), bf16p(buf), d_t.data(),
+                                                   N, V, ld, dloss) == cudaSuccess,
           "in-place launch");
     emu::reverse_blocks = false;
     long first = -1;
@@ -87,8 +86,8 @@ void run(Tally& tally, int N, int V, int ld, const std::vector<int32_t>& targets
   {
     Guarded<uint16_t> buf(packed);
     Guarded<float> lossI{size_t(N)};
-    eco::cuda::crossentropy_forward_backward(lossI.data(), B(buf), B(buf), d_t.data(), N, V, V,
-                                             dloss);
+    eco::cuda::crossentropy_forward_backward(lossI.data(), bf16p(buf), bf16p(buf), d_t.data(), N, V,
+                                             V, dloss);
     check(differ(buf.host(), g_p) == 0 && differ(lossI.host(), loss_p) == 0,
           "packed in-place differs from packed out-of-place");
   }
@@ -96,7 +95,7 @@ void run(Tally& tally, int N, int V, int ld, const std::vector<int32_t>& targets
   {
     Guarded<uint16_t> l(strided);
     Guarded<float> lossO{size_t(N)};
-    eco::cuda::crossentropy_forward_backward(lossO.data(), nullptr, B(l), d_t.data(), N, V, ld,
+    eco::cuda::crossentropy_forward_backward(lossO.data(), nullptr, bf16p(l), d_t.data(), N, V, ld,
                                              dloss);
     check(differ(lossO.host(), loss_p) == 0 && l.host() == strided, "loss-only differs");
   }
@@ -164,9 +163,8 @@ TEST(EmuClassifier, NegativeInfinityLogitGivesCpuLoss) {
     Guarded<uint16_t> d(x), g{size_t(V)};
     Guarded<int32_t> t(std::vector<int32_t>{3});
     Guarded<float> loss{size_t(1)};
-    ASSERT_EQ(eco::cuda::crossentropy_forward_backward(
-                  loss.data(), reinterpret_cast<bf16*>(g.data()), reinterpret_cast<bf16*>(d.data()),
-                  t.data(), 1, V, V, 1.0f),
+    ASSERT_EQ(eco::cuda::crossentropy_forward_backward(loss.data(), bf16p(g), bf16p(d), t.data(),
+                                                       1, V, V, 1.0f),
               cudaSuccess);
     std::vector<double> xd(V), gd(V);
     double ld;

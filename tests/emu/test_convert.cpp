@@ -31,8 +31,6 @@ namespace ec = eco::cuda;
 using eco::Granularity;
 using eco::QFormat;
 
-bf16* B(Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); }
-
 eco::Tensor f32_view(float* p, int64_t n) { return eco::Tensor{p, {n}, eco::DType::F32}; }
 
 std::vector<float> widen(const std::vector<uint16_t>& x) {
@@ -50,7 +48,7 @@ TEST(EmuConvert, Bf16ToF32EveryPatternExact) {
   Guarded<uint16_t> d_in(in);
   Guarded<float> d_out{static_cast<size_t>(n)};  // NaN (0xFFFFFFFF) until written
   emu::sequential = true;
-  EXPECT_EQ(ec::bf16_to_f32(d_out.data(), B(d_in), n), cudaSuccess);
+  EXPECT_EQ(ec::bf16_to_f32(d_out.data(), bf16p(d_in), n), cudaSuccess);
   emu::sequential = false;
   std::vector<float> ref(in.size());
   for (size_t i = 0; i < in.size(); ++i) ref[i] = eco::bf16_to_float(in[i]);
@@ -116,8 +114,8 @@ TEST(EmuConvert, DequantizeEqualsCpuDequantizeBitwise) {
           Guarded<uint16_t> d_out16{size_t(n)};
           const cudaError_t e1 =
               ec::dequantize(d_out.data(), d_codes.data(), d_scales.data(), rows, cols, f, g);
-          const cudaError_t e2 =
-              ec::dequantize_bf16(B(d_out16), d_codes.data(), d_scales.data(), rows, cols, f, g);
+          const cudaError_t e2 = ec::dequantize_bf16(bf16p(d_out16), d_codes.data(),
+                                                     d_scales.data(), rows, cols, f, g);
           ++tally.cases;
           long first = -1, first16 = -1;
           const long k = differ(d_out.host(), ref, &first);
@@ -158,8 +156,8 @@ void cast_case(Tally& tally, eco::Backend& be, int N, int C, bool in_place, uint
     for (int c = 0; c < C; ++c) x[3 * size_t(C) + size_t(c)] = uint16_t(0x0001 + c % 7);
   }
   Guarded<uint16_t> d_x(x), d_out{n};  // out: NaN
-  bf16* out = in_place ? B(d_x) : B(d_out);
-  check(ec::cast_e4m3_rows(out, B(d_x), N, C) == cudaSuccess, "launch");
+  bf16* out = in_place ? bf16p(d_x) : bf16p(d_out);
+  check(ec::cast_e4m3_rows(out, bf16p(d_x), N, C) == cudaSuccess, "launch");
   // The CPU backend on the widened rows, rounded once.
   std::vector<float> xf = widen(x), ref(n);
   be.cast_activations(eco::Tensor{ref.data(), {N, C}, eco::DType::F32},
@@ -174,7 +172,7 @@ void cast_case(Tally& tally, eco::Backend& be, int N, int C, bool in_place, uint
     Guarded<uint16_t> cast{n};
     Guarded<uint8_t> codes{n};
     Guarded<float> scales{size_t(N)};
-    check(ec::quantize_cast_e4m3_rows(codes.data(), scales.data(), B(cast), B(d_x), N, C) ==
+    check(ec::quantize_cast_e4m3_rows(codes.data(), scales.data(), bf16p(cast), bf16p(d_x), N, C) ==
               cudaSuccess,
           "quantize_cast_e4m3_rows launch");
     check(differ(cast.host(), got) == 0, "quantize_cast_e4m3_rows' x_cast differs");

@@ -21,8 +21,6 @@ using namespace emuh;
 using bf16 = __nv_bfloat16;
 namespace ec = eco::cuda;
 
-bf16* B(Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); }
-
 // bf16 bits with special values planted at the front (inside the first 16-byte chunk) and the
 // back (the ragged tail): +-inf, NaN, -0, the largest finite bf16 (whose sum overflows), a
 // subnormal.
@@ -65,9 +63,9 @@ void add_case(Tally& tally, Op op, int64_t n, Align al, Alias alias, uint64_t se
                            : alias == OUT_IS_B                   ? d_b
                                                                  : d_out;
   if (op == ACCUMULATE)
-    e = ec::accumulate(B(d_a), B(d_b), n);
+    e = ec::accumulate(bf16p(d_a), bf16p(d_b), n);
   else
-    e = ec::residual_forward(B(out), B(d_a), B(d_b), n);
+    e = ec::residual_forward(bf16p(out), bf16p(d_a), bf16p(d_b), n);
   check(e == cudaSuccess, "launch");
   // The CPU twin in fp32 on the widened inputs, then one rounding.
   std::vector<float> av(a.size()), bv(b.size()), ref(a.size());
@@ -110,10 +108,10 @@ TEST(EmuElementwise, ResidualThreadedReversedBlocksEqualSequential) {
                               b = bf16_input(size_t(n), 2, 1.0f);
   Guarded<uint16_t> d_a(a), d_b(b), seq{size_t(n)}, thr{size_t(n)};
   emu::sequential = true;
-  EXPECT_EQ(ec::residual_forward(B(seq), B(d_a), B(d_b), n), cudaSuccess);
+  EXPECT_EQ(ec::residual_forward(bf16p(seq), bf16p(d_a), bf16p(d_b), n), cudaSuccess);
   emu::sequential = false;
   emu::reverse_blocks = true;
-  EXPECT_EQ(ec::residual_forward(B(thr), B(d_a), B(d_b), n), cudaSuccess);
+  EXPECT_EQ(ec::residual_forward(bf16p(thr), bf16p(d_a), bf16p(d_b), n), cudaSuccess);
   emu::reverse_blocks = false;
   EXPECT_EQ(differ(thr.host(), seq.host()), 0);
   EXPECT_TRUE(thr.guards_intact());

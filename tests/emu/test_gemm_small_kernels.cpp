@@ -29,8 +29,6 @@ using namespace emuh;
 using bf16 = __nv_bfloat16;
 namespace ec = eco::cuda;
 
-bf16* B(Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); }
-
 }  // namespace
 
 TEST(EmuGemmSmallKernels, F32ToBf16EqualsCpuRoundingBitwise) {
@@ -46,7 +44,7 @@ TEST(EmuGemmSmallKernels, F32ToBf16EqualsCpuRoundingBitwise) {
       x[x.size() - 1 - k] = eco::f32_from_bits(specials[k]);
     Guarded<float> d_x(x);
     Guarded<uint16_t> d_out{size_t(n)};  // NaN until written
-    EXPECT_EQ(ec::f32_to_bf16(B(d_out), d_x.data(), n), cudaSuccess);
+    EXPECT_EQ(ec::f32_to_bf16(bf16p(d_out), d_x.data(), n), cudaSuccess);
     long first = -1;
     EXPECT_EQ(differ(d_out.host(), to_bf16(x), &first), 0) << "n " << n << " first " << first;
     EXPECT_TRUE(d_out.guards_intact()) << "n " << n;
@@ -66,7 +64,7 @@ TEST(EmuGemmSmallKernels, FillRowsWithBiasWritesRowsAndLeavesPadding) {
     const std::vector<uint16_t> bias = to_bf16(randn(size_t(cols), seed += 10, 1.0f));
     Guarded<uint16_t> d_bias(bias), d_out{size_t(rows) * size_t(ld)};  // NaN until written
     ++tally.cases;
-    const cudaError_t e = ec::fill_rows_with_bias(B(d_out), B(d_bias), rows, cols, ld);
+    const cudaError_t e = ec::fill_rows_with_bias(bf16p(d_out), bf16p(d_bias), rows, cols, ld);
     const std::vector<uint16_t> out = d_out.host();
     long bad_rows = 0, bad_pad = 0;
     for (int r = 0; r < rows; ++r)
@@ -125,7 +123,7 @@ Sums run_column_sums(const std::vector<float>& dbias0, const std::vector<uint16_
       std::vector<float>(size_t(ec::column_sum_partials(N, OC)), std::nanf("")));
   emu::reverse_blocks = reversed;
   const cudaError_t e =
-      ec::column_sums_accumulate(d_dbias.data(), partials.data(), B(d_dout), N, OC);
+      ec::column_sums_accumulate(d_dbias.data(), partials.data(), bf16p(d_dout), N, OC);
   emu::reverse_blocks = false;
   return {d_dbias.host(), e == cudaSuccess && d_dbias.guards_intact() && partials.guards_intact() &&
                               d_dout.host() == dout};

@@ -24,8 +24,6 @@ using namespace emuh;
 using bf16 = __nv_bfloat16;
 namespace ec = eco::cuda;
 
-bf16* B(Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); }
-
 using eco::rel_err;  // src/core/rel_err.h
 
 enum Kind { LN, LN_NOBIAS, RMS };
@@ -58,25 +56,27 @@ void forward_case(Tally& tally, int N, int C, Kind kind, Align al, Alias alias, 
   // Unfused: residual_forward into a separate resid, then the norm.
   Guarded<uint16_t> ua(a, mis), ub(b, mis), ures(n, mis), uout(n, omis);
   Guarded<float> umean{size_t(N)}, urstd{size_t(N)};
-  check(ec::residual_forward(B(ures), B(ua), B(ub), int64_t(n)) == cudaSuccess, "residual_forward");
+  check(ec::residual_forward(bf16p(ures), bf16p(ua), bf16p(ub), int64_t(n)) == cudaSuccess,
+        "residual_forward");
   if (kind == RMS)
-    check(ec::rmsnorm_forward(B(uout), urstd.data(), B(ures), d_w.data(), N, C, eps) == cudaSuccess,
+    check(ec::rmsnorm_forward(bf16p(uout), urstd.data(), bf16p(ures), d_w.data(), N, C, eps) ==
+              cudaSuccess,
           "rmsnorm_forward");
   else
-    check(ec::layernorm_forward(B(uout), umean.data(), urstd.data(), B(ures), d_w.data(), pb, N, C,
-                                eps) == cudaSuccess,
+    check(ec::layernorm_forward(bf16p(uout), umean.data(), urstd.data(), bf16p(ures), d_w.data(),
+                                pb, N, C, eps) == cudaSuccess,
           "layernorm_forward");
   // Fused.
   Guarded<uint16_t> fa(a, mis), fb(b, mis), fres(n, mis), fout(n, omis);
   Guarded<float> fmean{size_t(N)}, frstd{size_t(N)};
-  bf16* resid = alias == RESID_IS_A ? B(fa) : alias == RESID_IS_B ? B(fb) : B(fres);
+  bf16* resid = alias == RESID_IS_A ? bf16p(fa) : alias == RESID_IS_B ? bf16p(fb) : bf16p(fres);
   if (kind == RMS)
-    check(ec::residual_rmsnorm_forward(resid, B(fout), frstd.data(), B(fa), B(fb), d_w.data(), N, C,
-                                       eps) == cudaSuccess,
+    check(ec::residual_rmsnorm_forward(resid, bf16p(fout), frstd.data(), bf16p(fa), bf16p(fb),
+                                       d_w.data(), N, C, eps) == cudaSuccess,
           "residual_rmsnorm_forward");
   else
-    check(ec::residual_layernorm_forward(resid, B(fout), fmean.data(), frstd.data(), B(fa), B(fb),
-                                         d_w.data(), pb, N, C, eps) == cudaSuccess,
+    check(ec::residual_layernorm_forward(resid, bf16p(fout), fmean.data(), frstd.data(), bf16p(fa),
+                                         bf16p(fb), d_w.data(), pb, N, C, eps) == cudaSuccess,
           "residual_layernorm_forward");
   Guarded<uint16_t>& fr = alias == RESID_IS_A ? fa : alias == RESID_IS_B ? fb : fres;
   long first = -1;
@@ -143,10 +143,10 @@ void backward_case(Tally& tally, int N, int C, Kind kind, Align al, uint64_t see
   Guarded<uint16_t> d_inp(inp, mis), tmp(n);
   Guarded<float> d_w(w), d_mean{size_t(N)}, d_rstd{size_t(N)};
   if (kind == RMS)
-    ec::rmsnorm_forward(B(tmp), d_rstd.data(), B(d_inp), d_w.data(), N, C, 1e-5f);
+    ec::rmsnorm_forward(bf16p(tmp), d_rstd.data(), bf16p(d_inp), d_w.data(), N, C, 1e-5f);
   else
-    ec::layernorm_forward(B(tmp), d_mean.data(), d_rstd.data(), B(d_inp), d_w.data(), nullptr, N, C,
-                          1e-5f);
+    ec::layernorm_forward(bf16p(tmp), d_mean.data(), d_rstd.data(), bf16p(d_inp), d_w.data(),
+                          nullptr, N, C, 1e-5f);
   const size_t scratch_n = ec::norm_backward_scratch_floats(C);
   struct Out {
     std::vector<uint16_t> dinp;
@@ -160,11 +160,11 @@ void backward_case(Tally& tally, int N, int C, Kind kind, Align al, uint64_t see
     float* db = kind == LN ? d_db.data() : nullptr;
     cudaError_t e;
     if (kind == RMS)
-      e = ec::rmsnorm_backward(B(d_dinp), d_dw.data(), B(d_dout), B(d_inp), d_w.data(),
+      e = ec::rmsnorm_backward(bf16p(d_dinp), d_dw.data(), bf16p(d_dout), bf16p(d_inp), d_w.data(),
                                d_rstd.data(), N, C, scratch.data());
     else
-      e = ec::layernorm_backward(B(d_dinp), d_dw.data(), db, B(d_dout), B(d_inp), d_w.data(),
-                                 d_mean.data(), d_rstd.data(), N, C, scratch.data());
+      e = ec::layernorm_backward(bf16p(d_dinp), d_dw.data(), db, bf16p(d_dout), bf16p(d_inp),
+                                 d_w.data(), d_mean.data(), d_rstd.data(), N, C, scratch.data());
     check(e == cudaSuccess, "launch");
     return Out{d_dinp.host(), d_dw.host(), d_db.host(),
                d_dinp.guards_intact() && d_dw.guards_intact() && d_db.guards_intact() &&

@@ -23,8 +23,6 @@ using namespace emuh;
 using bf16 = __nv_bfloat16;
 namespace ec = eco::cuda;
 
-bf16* B(Guarded<uint16_t>& g) { return reinterpret_cast<bf16*>(g.data()); }
-
 struct Shape {
   int B, T, C, NH;
 };
@@ -85,9 +83,9 @@ void rope_case(Tally& tally, const Shape& s, bool backward, uint64_t seed) {
       backward ? to_bf16(randn(n, seed + 1, 1.0f)) : std::vector<uint16_t>(n, 0xFFFF);  // NaN
   Guarded<uint16_t> d_src(src), d_dst(dinp0);
   emu::sequential = true;
-  const cudaError_t e = backward
-                            ? ec::rope_backward(B(d_dst), B(d_src), s.B, s.T, s.C, s.NH, kTheta)
-                            : ec::rope_forward(B(d_dst), B(d_src), s.B, s.T, s.C, s.NH, kTheta);
+  const cudaError_t e =
+      backward ? ec::rope_backward(bf16p(d_dst), bf16p(d_src), s.B, s.T, s.C, s.NH, kTheta)
+               : ec::rope_forward(bf16p(d_dst), bf16p(d_src), s.B, s.T, s.C, s.NH, kTheta);
   emu::sequential = false;
   check(e == cudaSuccess, "launch");
   const std::vector<float> x = widen(src);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_shape.h"
 #include "gpu_test.h"
 #include "kernels/common/bf16.h"
 #include "kernels/cpu/kernels.h"
@@ -39,20 +40,6 @@ using gputest::randn;
 using gputest::rel_err;
 using gputest::to_device;
 using gputest::to_host;
-
-struct AttnShape {
-  int B, T, NH, hs;
-  int C() const { return NH * hs; }
-  size_t n_qkv() const { return size_t(B) * T * 3 * C(); }
-  size_t n_out() const { return size_t(B) * T * C(); }
-  size_t n_lse() const { return size_t(B) * NH * T; }
-  size_t n_att() const { return n_lse() * T; }
-  std::string str() const {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "B%d T%d NH%d hs%d", B, T, NH, hs);
-    return buf;
-  }
-};
 
 // Flash kernel: ragged T (1, 7, 64, 129: one key, under one tile, whole tiles, one past),
 // NH in {1, 3, 12}, hs in {16, 64} and the 128 limit.
