@@ -2,8 +2,10 @@
 // measured in the same run (device: cpu) or the GPU's dense bf16 peak (device: cuda).
 //   eco-bench CONFIG.yaml [--set key=value]... [--steps N] [--warmup N]
 // Reports the median ms/step, tokens/s, achieved GFLOP/s (6 x params x tokens + attention)
-// and the same machine's sgemm GFLOP/s on the model's largest GEMM shape (cpu), or the model
-// FLOPs utilisation against 989 TFLOP/s, the H100/H200 SXM dense bf16 datasheet peak (cuda).
+// and (cpu) the BLAS's sgemm GFLOP/s on the model's largest GEMM shape, checked against two
+// references that do not trust that BLAS: the FMA peak from the CPU's features and clock, and
+// our own packed sgemm on the same shape (tools/cpu_ceiling.h); or (cuda) the model FLOPs
+// utilisation against 989 TFLOP/s, the H100/H200 SXM dense bf16 datasheet peak.
 #include <cblas.h>
 #include <omp.h>
 
@@ -16,9 +18,11 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "kernels/cpu/blas_runtime.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 #include "quant/treatment.h"
+#include "tools/cpu_ceiling.h"
 
 namespace {
 
@@ -29,14 +33,19 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// sgemm GFLOP/s for (M, N, K) = rows x out x in, as the forward matmul calls it.
-double sgemm_gflops(int M, int N, int K) {
+// sgemm GFLOP/s for (M, N, K) = rows x out x in, as the forward matmul calls it: the linked
+// BLAS, or (reference) our own kernel on the same operands.
+double sgemm_gflops(int M, int N, int K, const eco::cpu::CpuFeatures* reference) {
   std::vector<float> a(size_t(M) * K, 0.01f), b(size_t(N) * K, 0.02f), c(size_t(M) * N);
   std::vector<double> times;
   for (int r = 0; r < 7; ++r) {
     const auto t0 = clock_type::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K,
-                0.0f, c.data(), N);
+    if (reference) {
+      if (!eco::tools::reference_sgemm_nt(*reference, M, N, K, a.data(), b.data(), c.data())) return 0;
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(),
+                  K, 0.0f, c.data(), N);
+    }
     times.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
   }
   return 2.0 * M * N * K / median(times) / 1e9;
@@ -73,6 +82,7 @@ int run(int argc, char** argv) {
               path.c_str(), m.family.c_str(), m.n_layer, m.d_model, m.n_head, m.vocab_size, B, T,
               (long long)model.table().total, be->name().c_str(),
               cfg.precision.treatment.c_str(), omp_get_max_threads());
+  if (cfg.device != "cuda") std::printf("BLAS: %s\n", eco::cpu::blas_summary_line().c_str());
   std::vector<double> ms;
   for (int s = 0; s < warmup + steps; ++s) {
     const auto t0 = clock_type::now();
@@ -100,15 +110,33 @@ int run(int argc, char** argv) {
     std::printf("%-34s %12.3f\n", "MFU (of 989 TFLOP/s bf16)", achieved / kPeakGflops);
     return 0;
   }
-  const double ceiling = sgemm_gflops(B * T, 4 * m.d_model, m.d_model);
+  const int gm = B * T, gn = 4 * m.d_model, gk = m.d_model;
+  const double ceiling = sgemm_gflops(gm, gn, gk, nullptr);
   std::printf("%-34s %12.1f\n", "sgemm GFLOP/s (same run, ceiling)", ceiling);
   std::printf("%-34s %12.2f\n", "fraction of sgemm ceiling", achieved / ceiling);
+  // The ceiling itself, checked against references that do not go through the BLAS.
+  const eco::cpu::CpuFeatures cpu = eco::cpu::detect_cpu_features();
+  const int threads = omp_get_max_threads();
+  const eco::tools::FmaPeak peak = eco::tools::fma_peak(cpu);
+  const double peak_all = peak.gflops_per_thread * threads;
+  const double own = sgemm_gflops(gm, gn, gk, &cpu);
+  std::printf("\nceiling check, sgemm %d x %d x %d, %d threads:\n", gm, gn, gk, threads);
+  std::printf("%-34s %12.1f  (%s)\n", "FMA peak GFLOP/s", peak_all, peak.how.c_str());
+  std::printf("%-34s %12.1f  (%s)\n", "reference sgemm GFLOP/s", own,
+              eco::tools::reference_sgemm_name(cpu).c_str());
+  std::printf("%-34s %12.2f\n", "BLAS sgemm / FMA peak", ceiling / peak_all);
+  if (own > 0) std::printf("%-34s %12.2f\n", "BLAS sgemm / reference sgemm", ceiling / own);
+  // A tuned BLAS beats a plain packed kernel; one slower than it runs the wrong kernels.
+  if (own > 0 && ceiling < 0.8 * own)
+    std::printf("warning: the BLAS runs below our plain reference kernel: its core (%s) does not "
+                "fit this CPU; try OPENBLAS_CORETYPE\n", eco::cpu::blas_info().core.c_str());
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  eco::cpu::ensure_blas_core(argv);  // may re-exec with OPENBLAS_CORETYPE set: before all else
   try {
     return run(argc, argv);
   } catch (const eco::Error& e) {

@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "kernels/cpu/blas_runtime.h"
 #include "train/trainer.h"
 
 namespace {
@@ -56,6 +57,7 @@ int run(int argc, char** argv) {
     std::fputs(eco::plan_report(cfg).c_str(), stdout);
     return 0;
   }
+  spdlog::info("BLAS: {}", eco::cpu::blas_summary_line());
   eco::Trainer trainer(cfg);
   return trainer.run(opts);
 }
@@ -63,6 +65,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  eco::cpu::ensure_blas_core(argv);  // may re-exec with OPENBLAS_CORETYPE set: before all else
   spdlog::set_pattern("[%H:%M:%S] %^%v%$");
   try {
     return run(argc, argv);
