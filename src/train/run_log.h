@@ -18,7 +18,7 @@ namespace eco {
 struct StepReport {
   int64_t step = 0;   // steps completed, counting this one
   int64_t total = 0;  // steps of the whole run
-  int64_t tokens_per_step = 0;
+  int64_t tokens_per_step = 0;  // B x T x grad_accum: metrics "tokens" is step x this
   double train_loss = 0, lr = 0, grad_norm = 0;
   double ms = 0;      // this step's wall time
   double eta_s = 0;   // estimated seconds to the end of the run
