@@ -1,0 +1,31 @@
+// The run's persistent state (every parameter in its stored form, the optimizer's state, the
+// step) captured into a CheckpointState and restored from a checkpoint file.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+#include "model/backend.h"
+#include "model/transformer.h"
+#include "optim/optimizer.h"
+#include "train/checkpoint.h"
+
+namespace eco {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// The model's stored tensors, then the optimizer's: the checkpoint's sections in order.
+NamedTensors persistent_tensors(Transformer& model, const Optimizer& opt);
+
+// The state after `step` optimizer steps, copied to the host.
+CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
+                              const NamedTensors& tensors);
+
+// Loads `path` into `tensors` and returns its step. Refuses (naming the file) a checkpoint of
+// another model (fingerprint), one whose sections do not match, or one beyond the run's steps.
+int64_t restore_state(const std::string& path, const Config& cfg, Backend& backend,
+                      const NamedTensors& tensors);
+
+}  // namespace eco
