@@ -1,17 +1,19 @@
 # Real data end to end: data/prepare.py trains a 512-token BPE on tinyshakespeare and writes
 # shards, eco-train trains a tiny llama on them for 20 steps; the loss falls and the sample is
-# decoded text, not token ids. Skips (exit 0) when the text or the Python tokenizer is missing.
+# decoded text, not token ids. Skipped (exit 77, which ctest reports as skipped, not passed) when
+# the text or the Python tokenizer is missing. The text is $ECO_SHARED_DATA/tinyshakespeare.txt,
+# ECO_SHARED_DATA defaulting to the shared data folder beside the checkout (../shared/data).
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 
-TEXT="$SRC/../shared/data/tinyshakespeare.txt"
+TEXT="${ECO_SHARED_DATA:-$SRC/../shared/data}/tinyshakespeare.txt"
 if [ ! -s "$TEXT" ]; then
-  echo "SKIP: prepare_and_train: $TEXT not found"
-  exit 0
+  echo "SKIP: prepare_and_train: $TEXT not found (set ECO_SHARED_DATA to the folder holding it)"
+  exit 77
 fi
 if ! python3 -c "import tokenizers, numpy" 2>/dev/null; then
   echo "SKIP: prepare_and_train: the Python modules 'tokenizers' and 'numpy' are needed"
-  exit 0
+  exit 77
 fi
 
 python3 "$SRC/data/prepare.py" --input "$TEXT" --out "$WORK/bpe" --tokenizer bpe --vocab-size 512 \
