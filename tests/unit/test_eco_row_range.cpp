@@ -125,7 +125,10 @@ void expect_ranges_match_whole(const Rule& rule, QFormat format, Granularity gra
   State<S> whole = start;
   eco::quantized_update_matrix(rule, q, policy, buffers(whole, Rule::kHasV), whole.scales.data(),
                                rows, cols, gran);
-  ASSERT_NE(whole.codes, start.codes) << "the update moved no code: the comparison proves little";
+  // Test power: AdamW's step and SR's draws move codes (one SGDM step with RTN on the INT4 grid
+  // may move none).
+  if (Rule::kHasV || rounding == Rounding::SR)
+    ASSERT_NE(whole.codes, start.codes) << "the update moved no code: the comparison proves little";
   for (const std::vector<int64_t>& cuts : partitions(gran, rows)) {
     State<S> ranged = start;
     update_ranges(rule, q, policy, ranged, cuts);
