@@ -127,8 +127,9 @@ void expect_ranges_match_whole(const Rule& rule, QFormat format, Granularity gra
                                rows, cols, gran);
   // Test power: AdamW's step and SR's draws move codes (one SGDM step with RTN on the INT4 grid
   // may move none).
-  if (Rule::kHasV || rounding == Rounding::SR)
+  if (Rule::kHasV || rounding == Rounding::SR) {
     ASSERT_NE(whole.codes, start.codes) << "the update moved no code: the comparison proves little";
+  }
   for (const std::vector<int64_t>& cuts : partitions(gran, rows)) {
     State<S> ranged = start;
     update_ranges(rule, q, policy, ranged, cuts);
