@@ -185,7 +185,7 @@ if general is None:
 print(general)
 unbiased = kernel_table(", true")
 if unbiased:
-    print("## the same at bias corrections 1 (AdamWTerms::unbiased: most steps of a run)")
+    print("## the same at bias corrections 1 (AdamWRule::unbiased(): most steps of a run)")
     print(unbiased)
 print("## components (probe kernel minus its loads/stores; per call)")
 base = {k: counts(probes[k]) for k in ("io", "io4", "io4_key") if k in probes}

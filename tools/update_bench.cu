@@ -169,7 +169,7 @@ void print(const Result& r, double copy_gbps) {
 // The step counter runs on through every launch, so SR draws differ from launch to launch. The
 // bias corrections are those of an early step (t <= 100, bc1 and bc2 below 1), or with `late`
 // those of a late one (both 1, as from step ~860 of a run at betas 0.9 / 0.98: the kernels
-// without the two bias-correction divisions, AdamWTerms::unbiased), whatever the launch count.
+// without the two bias-correction divisions, AdamWRule::unbiased()), whatever the launch count.
 struct Stepper {
   int64_t t = 0;
   bool late = false;

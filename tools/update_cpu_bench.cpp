@@ -1,4 +1,4 @@
-// eco-update-cpu-bench: CPU time of the fused quantized update (src/optim/quantized_update.h, the
+// eco-update-cpu-bench: CPU time of the fused quantized update (kernels/cpu/quantized_update.h, the
 // CPU reference the CUDA kernels match) against the plain fp32 AdamW step measured in the same
 // run, on one (rows, cols) weight with one E4M3 scale per row and fp32 moments.
 //   eco-update-cpu-bench [--rows R] [--cols C] [--threads T] [--repeats N]
@@ -7,7 +7,7 @@
 // The updates take turns; prints each one's minimum and median ms, ns per element (of the
 // minimum) and ratio to plain AdamW: the ratio is what to compare across code changes (machines
 // differ in absolute time; the minimum is the least disturbed by a busy neighbour). "late step":
-// bias corrections 1, as from step ~860 of a run (AdamWTerms::unbiased skips two divisions).
+// bias corrections 1, as from step ~860 of a run (AdamWRule::unbiased() skips two divisions).
 #include <omp.h>
 
 #include <algorithm>
@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/common/adamw.h"
+#include "kernels/common/optimizer_rules.h"
 #include "kernels/common/eco_update.h"
 #include "kernels/common/format_quantizer.h"
-#include "optim/quantized_update.h"
+#include "kernels/cpu/quantized_update.h"
 
 namespace {
 
@@ -62,7 +62,7 @@ Args parse(int argc, char** argv) {
 }
 
 // AdamW at step t, with the bias corrections of step t (early: below 1) or of a late step (1, as
-// from step ~860 of a run at these betas: AdamWTerms::unbiased).
+// from step ~860 of a run at these betas: AdamWRule::unbiased()).
 eco::AdamWCoeffs coeffs(int64_t t, bool late = false) {
   const double b1 = 0.9, b2 = 0.98, tb = late ? 1e6 : double(t);
   return {1e-3f, float(b1), float(b2), 1e-9f, 0.1f, 1.0f, float(1.0 - std::pow(b1, tb)),
@@ -111,13 +111,13 @@ int main(int argc, char** argv) {
   // Each update on its own copy of the state; they take turns, so that a neighbour's load on a
   // shared machine hits them alike.
   auto plain = [&](int64_t t) {
-    const eco::AdamWCoeffs c = coeffs(t);
+    const eco::AdamWRule<float> rule(coeffs(t));
     float* pw = w.data();
     const float* pg = grad.data();
     float* pm = m.data();
     float* pv = v.data();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) pw[i] = eco::adamw_element(pw[i], pg[i], pm[i], pv[i], c);
+    for (int64_t i = 0; i < n; ++i) pw[i] = rule.step(pw[i], pg[i], pm[i], pv[i]);
   };
   struct QState {
     std::vector<float> m, v, scales;

@@ -1,13 +1,14 @@
-// Update rules for weights that live only in quantized form (ECO.md): the AdamW and SGDM element
-// math, and the fused update of one scale group under the master / naive / ECO policies. Shared
-// by the CPU reference and the CUDA kernels; theta (the unquantized update) never leaves registers.
+// The fused update of weights that live only in quantized form (ECO.md): one scale group under
+// the master / naive / ECO policies, with kernels/common/optimizer_rules.h's AdamW or SGDM rule
+// (the formula plain updates use too). Shared by the CPU driver (kernels/cpu/quantized_update.h)
+// and the CUDA kernels; theta (the unquantized update) never leaves registers.
 //
 // Quantizer interface: any type Q with these const members (FormatQuantizer, the tests' grids).
 //   ECO_HD float scale_for(float absmax) const;
 //       the group's new scale: absmax / rho, 0 if absmax == 0 (a fixed grid may ignore absmax)
 //   ECO_HD uint32_t draw(int64_t elem) const;
-//       the SR random bits of element elem (its linear index in the tensor; Q carries seed,
-//       step and tensor id)
+//       the SR random bits of element elem (its linear index in the whole tensor, see RowRange;
+//       Q carries seed, step and tensor id)
 //   ECO_HD Philox4x32 draws(uint64_t group) const;
 //       draw(4 group + k) == draws(group).v[k], in one generator call
 //   ECO_HD uint8_t encode(float x, float scale, uint32_t bits) const;
@@ -19,7 +20,8 @@
 // Layout: a quantized tensor is a row-major (rows, cols) matrix (leading dimension ld) whose
 // codes, gradient, moments and master weight are all indexed by the same linear index
 // i = row * ld + col. One fp32 scale per group; the groups are rows, the whole tensor, or
-// 128x128 tiles (Granularity below).
+// 128x128 tiles (Granularity below). An update may cover a range of rows only (RowRange below),
+// with the same bits as the whole-tensor update in those rows.
 //
 // Bit-identical backends need identical rounding of every operation: build the CUDA side with
 // --fmad=false and the CPU side with -ffp-contract=off (g++ contracts to FMA under gnu++20 with
@@ -30,9 +32,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/adamw.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/hd.h"
+#include "kernels/common/optimizer_rules.h"
 #include "kernels/common/philox.h"
 #include "kernels/common/scale_groups.h"
 
@@ -43,168 +45,34 @@ namespace eco {
 //         the error is dropped. Eco: as Naive, and the error is injected into the momentum.
 enum class UpdatePolicy : uint8_t { Master, Naive, Eco };
 
-// SGD with momentum in EMA form: m = beta*m + (1-beta)*g, theta = w*(1 - lr*wd) - lr*m.
-struct SgdmCoeffs {
-  float lr, beta, weight_decay, grad_scale;
+// Rows [begin, end) of a (rows, cols) tensor whose buffers are indexed by the linear index
+// i = row * cols + col. global_offset: the index of element (begin, 0) in the whole tensor
+// (begin * cols when the buffers hold the whole tensor; a shard's first global index when they
+// hold only a shard's rows, as rows [0, shard rows)): the SR draw of element i is that of global
+// index i + key_offset(cols), so updating the shards one by one gives the whole-tensor bits.
+// Defaults: all rows, global_offset = begin * cols.
+// Ranges of Block128 tensors start and end on block-row boundaries (multiples of 128, or the
+// tensor's end); PerTensor tensors take the split update (TensorScaleSplit) over ranges.
+struct RowRange {
+  int64_t begin = 0, end = -1;  // end < 0: to the tensor's last row
+  int64_t global_offset = -1;   // < 0: begin * cols
+  ECO_HD int64_t end_row(int64_t rows) const { return end < 0 ? rows : end; }
+  ECO_HD int64_t key_offset(int64_t cols) const {
+    return global_offset < 0 ? 0 : global_offset - begin * cols;
+  }
 };
 
-// ---- element math (T = float in the kernels, double in the method tests) --------------------
-// Each function takes the step's uniform terms (AdamWTerms / SgdmTerms: 1 - beta1, 1 - lr*wd,
-// the injection's coefficient, ...), or the coefficients, from which it derives them with the
-// same operations: the same bits either way. The rules below derive them once per step; the
-// GPU's per-element loops would otherwise recompute them per element (the compiler does not keep
-// them across the divisions' slow-path calls).
-
-template <class T>
-struct AdamWTerms {
-  T grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, bc1, bc2, eps, lr;
-  T decay;    // 1 - lr*wd
-  T inject;   // (bc1/lr) * ((beta1 - 1)/beta1), if injects
-  bool injects;  // lr != 0 and beta1 != 0 (see adamw_inject)
-  // bc1 == bc2 == 1: beta^t has dropped below 2^-25 for both (from step ~860 at betas 0.9 /
-  // 0.98, ~1700 at 0.99), and m / bc1, v / bc2 are m and v bit for bit (x / 1 is x; only a NaN's
-  // payload could differ, which the GPU's division replaces by its canonical NaN), so the
-  // element math skips the two divisions (the GPU kernels take it as a compile-time constant:
-  // true only where the host checked it, false otherwise, which divides by 1 where it could
-  // skip, with the same bits).
-  bool unbiased;
+// The per-tensor scale's split update over row ranges: pass 1 of every range returns the old
+// scale and its rows' absmax |theta|; the caller combines the ranges' maxima (max is exact and
+// order-free: a cross-rank all_reduce(max) sits there), then pass 2 of every range finishes with
+// the combined value (new scale = scale_for(absmax), codes, ECO's injection).
+struct TensorScaleSplit {
+  float old_scale;
+  float absmax;
 };
-
-template <class T>
-ECO_HD AdamWTerms<T> adamw_terms(const AdamWCoeffs& c) {
-  AdamWTerms<T> t{};
-  t.grad_scale = T(c.grad_scale);
-  t.beta1 = T(c.beta1);
-  t.one_minus_beta1 = T(1) - T(c.beta1);
-  t.beta2 = T(c.beta2);
-  t.one_minus_beta2 = T(1) - T(c.beta2);
-  t.bc1 = T(c.bc1);
-  t.bc2 = T(c.bc2);
-  t.eps = T(c.eps);
-  t.lr = T(c.lr);
-  t.decay = T(1) - T(c.lr) * T(c.weight_decay);
-  t.injects = !(c.lr == 0.0f || c.beta1 == 0.0f);
-  t.inject = t.injects ? (T(c.bc1) / T(c.lr)) * ((T(c.beta1) - T(1)) / T(c.beta1)) : T(0);
-  t.unbiased = c.bc1 == 1.0f && c.bc2 == 1.0f;
-  return t;
+ECO_HD TensorScaleSplit combine(const TensorScaleSplit& a, const TensorScaleSplit& b) {
+  return {a.old_scale, fmaxf(a.absmax, b.absmax)};
 }
-
-template <class T>
-ECO_HD void adamw_moments(T grad, T& m, T& v, const AdamWTerms<T>& t) {
-  const T g = grad * t.grad_scale;
-  m = t.beta1 * m + t.one_minus_beta1 * g;
-  v = t.beta2 * v + t.one_minus_beta2 * g * g;
-}
-template <class T>
-ECO_HD void adamw_moments(T grad, T& m, T& v, const AdamWCoeffs& c) {
-  adamw_moments(grad, m, v, adamw_terms<T>(c));
-}
-
-// d = sqrt(v/bc2) + eps: the AdamW step's denominator, shared by theta and the injection.
-// Without the division once both bias corrections are 1 (t.unbiased).
-template <class T>
-ECO_HD T adamw_denom(T v, const AdamWTerms<T>& t) {
-  return eco_sqrt(t.unbiased ? v : v / t.bc2) + t.eps;
-}
-template <class T>
-ECO_HD T adamw_denom(T v, const AdamWCoeffs& c) {
-  return adamw_denom(v, adamw_terms<T>(c));
-}
-
-// theta = w*(1 - lr*wd) - lr*(m/bc1)/d, with m, v already updated.
-template <class T>
-ECO_HD T adamw_theta(T w, T m, T d, const AdamWTerms<T>& t) {
-  return w * t.decay - t.lr * (t.unbiased ? m : m / t.bc1) / d;
-}
-template <class T>
-ECO_HD T adamw_theta(T w, T m, T d, const AdamWCoeffs& c) {
-  return adamw_theta(w, m, d, adamw_terms<T>(c));
-}
-
-// ECO: m + (bc1/lr)*(1 - 1/b1)*d*e, e = theta - dequant(W_q'). (1 - 1/b1) is evaluated as
-// (b1 - 1)/b1, which is exact in the subtraction. No injection when lr == 0 (nothing to pay
-// back, and the coefficient is infinite) or b1 == 0 (no momentum to carry it).
-template <class T>
-ECO_HD T adamw_inject(T m, T d, T e, const AdamWTerms<T>& t) {
-  if (!t.injects) return m;
-  return m + t.inject * d * e;
-}
-template <class T>
-ECO_HD T adamw_inject(T m, T d, T e, const AdamWCoeffs& c) {
-  return adamw_inject(m, d, e, adamw_terms<T>(c));
-}
-
-template <class T>
-struct SgdmTerms {
-  T grad_scale, beta, one_minus_beta, lr;
-  T decay;    // 1 - lr*wd
-  T inject;   // ((beta - 1)/beta)/lr, if injects
-  bool injects;  // lr != 0 and beta != 0 (see sgdm_inject)
-};
-
-template <class T>
-ECO_HD SgdmTerms<T> sgdm_terms(const SgdmCoeffs& c) {
-  SgdmTerms<T> t{};
-  t.grad_scale = T(c.grad_scale);
-  t.beta = T(c.beta);
-  t.one_minus_beta = T(1) - T(c.beta);
-  t.lr = T(c.lr);
-  t.decay = T(1) - T(c.lr) * T(c.weight_decay);
-  t.injects = !(c.lr == 0.0f || c.beta == 0.0f);
-  t.inject = t.injects ? ((T(c.beta) - T(1)) / T(c.beta)) / T(c.lr) : T(0);
-  return t;
-}
-
-template <class T>
-ECO_HD void sgdm_moment(T grad, T& m, const SgdmTerms<T>& t) {
-  const T g = grad * t.grad_scale;
-  m = t.beta * m + t.one_minus_beta * g;
-}
-template <class T>
-ECO_HD void sgdm_moment(T grad, T& m, const SgdmCoeffs& c) {
-  sgdm_moment(grad, m, sgdm_terms<T>(c));
-}
-
-template <class T>
-ECO_HD T sgdm_theta(T w, T m, const SgdmTerms<T>& t) {
-  return w * t.decay - t.lr * m;
-}
-template <class T>
-ECO_HD T sgdm_theta(T w, T m, const SgdmCoeffs& c) {
-  return sgdm_theta(w, m, sgdm_terms<T>(c));
-}
-
-// ECO: m + (1/lr)*(1 - 1/b)*e; skipped when lr == 0 or beta == 0, as for AdamW.
-template <class T>
-ECO_HD T sgdm_inject(T m, T e, const SgdmTerms<T>& t) {
-  if (!t.injects) return m;
-  return m + t.inject * e;
-}
-template <class T>
-ECO_HD T sgdm_inject(T m, T e, const SgdmCoeffs& c) {
-  return sgdm_inject(m, e, sgdm_terms<T>(c));
-}
-
-// The two rules in the shape the group update wants: moments in place, theta from (w, m, v),
-// the injected momentum. SgdmRule ignores v. Each derives its step's terms once, at
-// construction: build a new rule rather than changing c.
-struct AdamWRule {
-  AdamWCoeffs c;
-  AdamWTerms<float> t = adamw_terms<float>(c);
-  static constexpr bool kHasV = true;
-  ECO_HD void moments(float grad, float& m, float& v) const { adamw_moments(grad, m, v, t); }
-  ECO_HD float theta(float w, float m, float v) const { return adamw_theta(w, m, adamw_denom(v, t), t); }
-  ECO_HD float inject(float m, float v, float e) const { return adamw_inject(m, adamw_denom(v, t), e, t); }
-};
-
-struct SgdmRule {
-  SgdmCoeffs c;
-  SgdmTerms<float> t = sgdm_terms<float>(c);
-  static constexpr bool kHasV = false;
-  ECO_HD void moments(float grad, float& m, float&) const { sgdm_moment(grad, m, t); }
-  ECO_HD float theta(float w, float m, float) const { return sgdm_theta(w, m, t); }
-  ECO_HD float inject(float m, float, float e) const { return sgdm_inject(m, e, t); }
-};
 
 // ---- storage types: fp32, or bf16 as raw uint16_t bits (round-to-nearest-even) ---------------
 
@@ -341,10 +209,11 @@ ECO_HD uint8_t quantized_update_code(const Rule& rule, const Q& q, UpdatePolicy 
 }
 
 // Updates one scale group: its codes, *scale, and m, v (master under Master) at its elements.
+// Element i draws its SR bits as global index i + key_offset (RowRange::key_offset).
 template <class Rule, class Q, class S, class G>
 ECO_HD void quantized_update_group(const Rule& rule, const Q& q, UpdatePolicy policy,
                                    const QuantizedUpdateBuffers<S, G>& b, const GroupSpan& span,
-                                   float* scale) {
+                                   float* scale, int64_t key_offset = 0) {
   const float old_scale = *scale;
   float absmax = 0.0f;
   for (int64_t r = 0; r < span.rows; ++r)
@@ -355,7 +224,7 @@ ECO_HD void quantized_update_group(const Rule& rule, const Q& q, UpdatePolicy po
   for (int64_t r = 0; r < span.rows; ++r)
     for (int64_t c = 0; c < span.cols; ++c) {
       const int64_t i = span.index(r, c);
-      quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i)));
+      quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i + key_offset)));
     }
   *scale = new_scale;
 }
@@ -365,7 +234,7 @@ template <class Q, class S, class G>
 ECO_HD void eco_adamw_update_group(const Q& q, UpdatePolicy policy, const AdamWCoeffs& c,
                                    const QuantizedUpdateBuffers<S, G>& b, const GroupSpan& span,
                                    float* scale) {
-  quantized_update_group(AdamWRule{c}, q, policy, b, span, scale);
+  quantized_update_group(AdamWRule<>{c}, q, policy, b, span, scale);
 }
 
 // ECO.md's SGDM on one scale group (b.v unused).
@@ -373,7 +242,7 @@ template <class Q, class S, class G>
 ECO_HD void eco_sgdm_update_group(const Q& q, UpdatePolicy policy, const SgdmCoeffs& c,
                                   const QuantizedUpdateBuffers<S, G>& b, const GroupSpan& span,
                                   float* scale) {
-  quantized_update_group(SgdmRule{c}, q, policy, b, span, scale);
+  quantized_update_group(SgdmRule<>{c}, q, policy, b, span, scale);
 }
 
 }  // namespace eco

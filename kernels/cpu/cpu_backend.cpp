@@ -6,14 +6,14 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/common/adamw.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cuda_attention.h"
 #include "kernels/common/eco_update.h"
 #include "kernels/common/format_quantizer.h"
+#include "kernels/common/optimizer_rules.h"
 #include "kernels/common/qformat.h"
-#include "optim/quantized_update.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quantized_update.h"
 #include "model/backend.h"
 #include "model/host_op_timer.h"
 
@@ -213,63 +213,111 @@ class CpuBackend : public Backend {
   double sum_squares(const Tensor& x, int64_t n) override { return cpu::sum_squares(p(x), n); }
 
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                    int64_t n, const AdamWStep& s) override {
+                    int64_t n, const AdamWCoeffs& c) override {
     ECO_CPU_OP("adamw_update");
-    const AdamWCoeffs c = adamw_coeffs(s);
+    const AdamWRule<T> rule(c);
     T* w = p(param);
     const T* g = p(grad);
     T* mm = p(m);
     T* vv = p(v);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) w[i] = adamw_element(w[i], g[i], mm[i], vv[i], c);
+    for (int64_t i = 0; i < n; ++i) w[i] = rule.step(w[i], g[i], mm[i], vv[i]);
   }
 
   void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
-                   const SgdmStep& s) override {
+                   const SgdmCoeffs& c) override {
     ECO_CPU_OP("sgdm_update");
-    const SgdmCoeffs c = sgdm_coeffs(s);
+    const SgdmRule<T> rule(c);
     T* w = p(param);
     const T* g = p(grad);
     T* mm = p(m);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      sgdm_moment(g[i], mm[i], c);
-      w[i] = sgdm_theta(w[i], mm[i], c);
-    }
+    for (int64_t i = 0; i < n; ++i) w[i] = rule.step(w[i], g[i], mm[i]);
   }
 
   void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                              const Tensor& m, const Tensor& v, const AdamWStep& s,
-                              const QuantizedStep& qs) override {
+                              const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
+                              const QuantizedStep& qs, const RowRange& rows) override {
     ECO_CPU_OP("quantized_adamw_update");
-    quantized_update(AdamWRule{adamw_coeffs(s)}, q, master, grad, m, v, qs);
+    with_buffers(q, master, grad, m, v, [&](const auto& b) {
+      quantized_update_matrix(AdamWRule<>{c}, quantizer(q, qs), qs.policy, b,
+                              q.scales.as<float>(), q.rows, q.cols, q.granularity, rows);
+    });
   }
   void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                             const Tensor& m, const SgdmStep& s,
-                             const QuantizedStep& qs) override {
+                             const Tensor& m, const SgdmCoeffs& c, const QuantizedStep& qs,
+                             const RowRange& rows) override {
     ECO_CPU_OP("quantized_sgdm_update");
-    quantized_update(SgdmRule{sgdm_coeffs(s)}, q, master, grad, m, Tensor{}, qs);
+    with_buffers(q, master, grad, m, Tensor{}, [&](const auto& b) {
+      quantized_update_matrix(SgdmRule<>{c}, quantizer(q, qs), qs.policy, b,
+                              q.scales.as<float>(), q.rows, q.cols, q.granularity, rows);
+    });
+  }
+  TensorScaleSplit quantized_adamw_tensor_absmax(QTensor& q, const Tensor& master,
+                                                 const Tensor& grad, const Tensor& m,
+                                                 const Tensor& v, const AdamWCoeffs& c,
+                                                 const QuantizedStep& qs,
+                                                 const RowRange& rows) override {
+    ECO_CPU_OP("quantized_adamw_update");
+    TensorScaleSplit split{};
+    with_buffers(q, master, grad, m, v, [&](const auto& b) {
+      split = quantized_update_tensor_absmax(AdamWRule<>{c}, quantizer(q, qs), qs.policy, b,
+                                             q.scales.as<float>(), q.rows, q.cols, rows);
+    });
+    return split;
+  }
+  void quantized_adamw_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
+                                     const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
+                                     const QuantizedStep& qs, const TensorScaleSplit& split,
+                                     const RowRange& rows) override {
+    ECO_CPU_OP("quantized_adamw_update");
+    with_buffers(q, master, grad, m, v, [&](const auto& b) {
+      quantized_update_tensor_finish(AdamWRule<>{c}, quantizer(q, qs), qs.policy, b,
+                                     q.scales.as<float>(), q.rows, q.cols, split, rows);
+    });
+  }
+  TensorScaleSplit quantized_sgdm_tensor_absmax(QTensor& q, const Tensor& master,
+                                                const Tensor& grad, const Tensor& m,
+                                                const SgdmCoeffs& c, const QuantizedStep& qs,
+                                                const RowRange& rows) override {
+    ECO_CPU_OP("quantized_sgdm_update");
+    TensorScaleSplit split{};
+    with_buffers(q, master, grad, m, Tensor{}, [&](const auto& b) {
+      split = quantized_update_tensor_absmax(SgdmRule<>{c}, quantizer(q, qs), qs.policy, b,
+                                             q.scales.as<float>(), q.rows, q.cols, rows);
+    });
+    return split;
+  }
+  void quantized_sgdm_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
+                                    const Tensor& m, const SgdmCoeffs& c, const QuantizedStep& qs,
+                                    const TensorScaleSplit& split, const RowRange& rows) override {
+    ECO_CPU_OP("quantized_sgdm_update");
+    with_buffers(q, master, grad, m, Tensor{}, [&](const auto& b) {
+      quantized_update_tensor_finish(SgdmRule<>{c}, quantizer(q, qs), qs.policy, b,
+                                     q.scales.as<float>(), q.rows, q.cols, split, rows);
+    });
   }
 
  private:
-  // Dispatch on the optimizer state dtype (fp32 or bf16) to the shared group update.
-  template <class Rule>
-  void quantized_update(const Rule& rule, QTensor& q, const Tensor& master, const Tensor& grad,
-                        const Tensor& m, const Tensor& v, const QuantizedStep& qs) {
+  static FormatQuantizer quantizer(const QTensor& q, const QuantizedStep& qs) {
+    return FormatQuantizer{q.format, qs.rounding, qs.seed, qs.step, qs.tensor_id};
+  }
+
+  // The update's buffers for the optimizer state dtype (fp32 or bf16 bits), handed to `run`.
+  template <class Run>
+  void with_buffers(QTensor& q, const Tensor& master, const Tensor& grad, const Tensor& m,
+                    const Tensor& v, Run run) {
     ECO_ASSERT(grad.dtype == DType::F32, "quantized update needs fp32 gradients");
-    const FormatQuantizer fq{q.format, qs.rounding, qs.seed, qs.step, qs.tensor_id};
-    auto run = [&](auto* mm, auto* vv) {
+    auto buffers = [&](auto* mm, auto* vv) {
       using S = std::remove_pointer_t<decltype(mm)>;
-      const QuantizedUpdateBuffers<S, float> b{q.codes.as<uint8_t>(),
-                                               master.empty() ? nullptr : master.as<float>(),
-                                               grad.as<float>(), mm, vv};
-      quantized_update_matrix(rule, fq, qs.policy, b, q.scales.as<float>(), q.rows, q.cols,
-                              q.granularity);
+      run(QuantizedUpdateBuffers<S, float>{q.codes.as<uint8_t>(),
+                                           master.empty() ? nullptr : master.as<float>(),
+                                           grad.as<float>(), mm, vv});
     };
     if (m.dtype == DType::BF16)
-      run(m.as<uint16_t>(), v.empty() ? nullptr : v.as<uint16_t>());
+      buffers(m.as<uint16_t>(), v.empty() ? nullptr : v.as<uint16_t>());
     else
-      run(m.as<float>(), v.empty() ? nullptr : v.as<float>());
+      buffers(m.as<float>(), v.empty() ? nullptr : v.as<float>());
   }
 
   T* p(const Tensor& t) const {

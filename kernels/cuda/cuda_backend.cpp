@@ -459,47 +459,97 @@ class CudaBackend final : public Backend {
     return h;
   }
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                    int64_t n, const AdamWStep& st) override {
+                    int64_t n, const AdamWCoeffs& c) override {
     ECO_OP("adamw_update");
-    ECO_CHECK_CUDA(cuda::fp32_adamw_update(f32(param), f32(grad), f32(m), f32(v), n,
-                                           adamw_coeffs(st), s()));
+    ECO_CHECK_CUDA(cuda::fp32_adamw_update(f32(param), f32(grad), f32(m), f32(v), n, c, s()));
   }
   void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
-                   const SgdmStep& st) override {
+                   const SgdmCoeffs& c) override {
     ECO_OP("sgdm_update");
-    ECO_CHECK_CUDA(
-        cuda::fp32_sgdm_update(f32(param), f32(grad), f32(m), n, sgdm_coeffs(st), s()));
+    ECO_CHECK_CUDA(cuda::fp32_sgdm_update(f32(param), f32(grad), f32(m), n, c, s()));
   }
   // All unquantized tensors in one launch (kernels/cuda/multi_tensor_update.cuh); the tables are
   // uploaded on the first step and reused while the list stays the same.
-  void adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWStep& st) override {
+  void adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWCoeffs& c) override {
     ECO_OP("adamw_update_many");
     adamw_plan_.build(slices(ts), /*adamw=*/true, s());
-    ECO_CHECK_CUDA(cuda::fp32_adamw_update_many(adamw_plan_, adamw_coeffs(st), s()));
+    ECO_CHECK_CUDA(cuda::fp32_adamw_update_many(adamw_plan_, c, s()));
   }
-  void sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmStep& st) override {
+  void sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmCoeffs& c) override {
     ECO_OP("sgdm_update_many");
     sgdm_plan_.build(slices(ts), /*adamw=*/false, s());
-    ECO_CHECK_CUDA(cuda::fp32_sgdm_update_many(sgdm_plan_, sgdm_coeffs(st), s()));
+    ECO_CHECK_CUDA(cuda::fp32_sgdm_update_many(sgdm_plan_, c, s()));
   }
   void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                              const Tensor& m, const Tensor& v, const AdamWStep& st,
-                              const QuantizedStep& qs) override {
+                              const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
+                              const QuantizedStep& qs, const RowRange& rows) override {
     ECO_OP("quantized_adamw_update");
+    check_range(q, rows, /*split=*/false);
     quantized_update(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
-      return cuda::quantized_adamw_update(adamw_coeffs(st), quantizer(q, qs), qs.policy, b,
-                                          q.scales.as<float>(), q.rows, q.cols, q.granularity,
-                                          scratch, s());
+      return cuda::quantized_adamw_update(c, quantizer(q, qs), qs.policy, b, q.scales.as<float>(),
+                                          q.rows, q.cols, q.granularity, scratch, s(),
+                                          cuda::GroupKernel::Auto, rows);
     });
   }
   void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                             const Tensor& m, const SgdmStep& st,
-                             const QuantizedStep& qs) override {
+                             const Tensor& m, const SgdmCoeffs& c, const QuantizedStep& qs,
+                             const RowRange& rows) override {
     ECO_OP("quantized_sgdm_update");
+    check_range(q, rows, /*split=*/false);
     quantized_update(q, master, grad, m, Tensor{}, qs, [&](const auto& b, float* scratch) {
-      return cuda::quantized_sgdm_update(sgdm_coeffs(st), quantizer(q, qs), qs.policy, b,
-                                         q.scales.as<float>(), q.rows, q.cols, q.granularity,
-                                         scratch, s());
+      return cuda::quantized_sgdm_update(c, quantizer(q, qs), qs.policy, b, q.scales.as<float>(),
+                                         q.rows, q.cols, q.granularity, scratch, s(),
+                                         cuda::GroupKernel::Auto, rows);
+    });
+  }
+  // The split: pass 1 leaves the range's TensorScaleSplit in the scratch's first two floats,
+  // copied to the host here (a synchronisation, as sum_squares'); pass 2 uploads the combined one.
+  TensorScaleSplit quantized_adamw_tensor_absmax(QTensor& q, const Tensor& master,
+                                                 const Tensor& grad, const Tensor& m,
+                                                 const Tensor& v, const AdamWCoeffs& c,
+                                                 const QuantizedStep& qs,
+                                                 const RowRange& rows) override {
+    ECO_OP("quantized_adamw_update");
+    check_range(q, rows, /*split=*/true);
+    return tensor_absmax(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
+      return cuda::quantized_adamw_tensor_absmax(c, quantizer(q, qs), qs.policy, b,
+                                                 q.scales.as<float>(), q.rows, q.cols, rows,
+                                                 scratch, s());
+    });
+  }
+  void quantized_adamw_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
+                                     const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
+                                     const QuantizedStep& qs, const TensorScaleSplit& split,
+                                     const RowRange& rows) override {
+    ECO_OP("quantized_adamw_update");
+    check_range(q, rows, /*split=*/true);
+    tensor_finish(q, master, grad, m, v, qs, split, [&](const auto& b, const float* dev_split) {
+      return cuda::quantized_adamw_tensor_finish(c, quantizer(q, qs), qs.policy, b,
+                                                 q.scales.as<float>(), q.rows, q.cols, rows,
+                                                 dev_split, s());
+    });
+  }
+  TensorScaleSplit quantized_sgdm_tensor_absmax(QTensor& q, const Tensor& master,
+                                                const Tensor& grad, const Tensor& m,
+                                                const SgdmCoeffs& c, const QuantizedStep& qs,
+                                                const RowRange& rows) override {
+    ECO_OP("quantized_sgdm_update");
+    check_range(q, rows, /*split=*/true);
+    return tensor_absmax(q, master, grad, m, Tensor{}, qs, [&](const auto& b, float* scratch) {
+      return cuda::quantized_sgdm_tensor_absmax(c, quantizer(q, qs), qs.policy, b,
+                                                q.scales.as<float>(), q.rows, q.cols, rows,
+                                                scratch, s());
+    });
+  }
+  void quantized_sgdm_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
+                                    const Tensor& m, const SgdmCoeffs& c, const QuantizedStep& qs,
+                                    const TensorScaleSplit& split, const RowRange& rows) override {
+    ECO_OP("quantized_sgdm_update");
+    check_range(q, rows, /*split=*/true);
+    tensor_finish(q, master, grad, m, Tensor{}, qs, split, [&](const auto& b, const float* dev_split) {
+      return cuda::quantized_sgdm_tensor_finish(c, quantizer(q, qs), qs.policy, b,
+                                                q.scales.as<float>(), q.rows, q.cols, rows,
+                                                dev_split, s());
     });
   }
 
@@ -622,6 +672,55 @@ class CudaBackend final : public Backend {
       const QuantizedUpdateBuffers<float> b{codes(q), f32(master), f32(grad), f32(m), f32(v)};
       ECO_CHECK_CUDA(launch(b, scratch));
     }
+  }
+
+  // The same usage errors as the CPU driver's, named, before a kernel returns a bare
+  // cudaErrorInvalidValue.
+  static void check_range(const QTensor& q, const RowRange& rows, bool split) {
+    const int64_t end = rows.end_row(q.rows);
+    ECO_ASSERT(0 <= rows.begin && rows.begin <= end && end <= q.rows,
+               "row range [{}, {}) of a tensor of {} rows", rows.begin, end, q.rows);
+    if (split) {
+      ECO_ASSERT(q.granularity == Granularity::PerTensor,
+                 "the split update is for per-tensor scales");
+    } else if (q.granularity == Granularity::PerTensor) {
+      ECO_ASSERT(rows.begin == 0 && end == q.rows,
+                 "rows [{}, {}) of a per-tensor-scaled tensor of {} rows: use the split update",
+                 rows.begin, end, q.rows);
+    } else if (q.granularity == Granularity::Block128) {
+      ECO_ASSERT(rows.begin % kScaleBlock == 0 && (end % kScaleBlock == 0 || end == q.rows),
+                 "rows [{}, {}) of a tensor with 128x128 block scales: a range must start and end "
+                 "on a block-row boundary (a multiple of {}) or at the tensor's end ({} rows)",
+                 rows.begin, end, kScaleBlock, q.rows);
+    }
+  }
+
+  template <class Launch>
+  TensorScaleSplit tensor_absmax(QTensor& q, const Tensor& master, const Tensor& grad,
+                                 const Tensor& m, const Tensor& v, const QuantizedStep& qs,
+                                 Launch launch) {
+    float* split_dev = nullptr;
+    quantized_update(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
+      split_dev = scratch;
+      return launch(b, scratch);
+    });
+    float h[2];
+    ECO_CHECK_CUDA(cudaMemcpyAsync(h, split_dev, sizeof h, cudaMemcpyDeviceToHost, s()));
+    synchronize();
+    return {h[0], h[1]};
+  }
+
+  template <class Launch>
+  void tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad, const Tensor& m,
+                     const Tensor& v, const QuantizedStep& qs, const TensorScaleSplit& split,
+                     Launch launch) {
+    quantized_update(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
+      const float h[2] = {split.old_scale, split.absmax};
+      if (const cudaError_t e = cudaMemcpyAsync(scratch, h, sizeof h, cudaMemcpyHostToDevice, s());
+          e != cudaSuccess)
+        return e;
+      return launch(b, scratch);
+    });
   }
 
   // Declaration order is destruction order reversed: buffers go before the engine and the stream.

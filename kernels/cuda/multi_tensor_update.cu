@@ -1,6 +1,7 @@
 // Plain fp32 AdamW / SGDM over many tensors in one launch: block b takes chunk b (one tensor's
 // elements [begin, begin + count), count <= kMultiTensorChunk) and applies the same element
-// functions as fp32_adamw_kernel / fp32_sgdm_kernel, so each element gets the same bits.
+// rule (kernels/common/optimizer_rules.h) as fp32_adamw_kernel / fp32_sgdm_kernel and the CPU
+// backend, so each element gets the same bits.
 // The tables are built on the host (multi_tensor_update.cpp).
 // Launch assumptions (checked in MultiTensorPlan::build): n >= 0, non-null param / grad / m
 // (and v for AdamW) when n > 0, fewer than 2^31 chunks. Chunk starts are multiples of
@@ -11,7 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/eco_update.h"
+#include "kernels/common/optimizer_rules.h"
 #include "kernels/cuda/multi_tensor_update.cuh"
 
 namespace eco::cuda {
@@ -22,20 +23,13 @@ static_assert(kMultiTensorChunk % 4 == 0, "chunk starts must keep float4 alignme
 
 __device__ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The element step of one rule: w, m (and v) in place from g.
-struct AdamWElement {
-  AdamWCoeffs c;
-  __device__ void operator()(float& w, float g, float& m, float& v) const {
-    w = adamw_element(w, g, m, v, c);
-  }
-};
-struct SgdmElement {
-  SgdmCoeffs c;
-  __device__ void operator()(float& w, float g, float& m, float& /*v*/) const {
-    sgdm_moment(g, m, c);
-    w = sgdm_theta(w, m, c);
-  }
-};
+// The plain step of one element under each rule (optimizer_rules.h): w, m (and v) in place.
+__device__ void plain_step(const AdamWRule<>& r, float& w, float g, float& m, float& v) {
+  w = r.step(w, g, m, v);
+}
+__device__ void plain_step(const SgdmRule<>& r, float& w, float g, float& m, float& /*v*/) {
+  w = r.step(w, g, m);
+}
 
 template <bool kAdamW, class Coeffs>
 __global__ void __launch_bounds__(kThreads)
@@ -43,9 +37,9 @@ __global__ void __launch_bounds__(kThreads)
                        const MultiTensorChunk* __restrict__ chunks, Coeffs coeffs) {
   const MultiTensorChunk ch = chunks[blockIdx.x];
   const MultiTensorSlice sl = slices[ch.slice];
-  coeffs.weight_decay = sl.weight_decay;
-  using Element = std::conditional_t<kAdamW, AdamWElement, SgdmElement>;
-  const Element step{coeffs};
+  using Rule = std::conditional_t<kAdamW, AdamWRule<>, SgdmRule<>>;
+  const Rule rule(with_weight_decay(coeffs, sl.weight_decay));
+  auto step = [&](float& w, float g, float& m, float& v) { plain_step(rule, w, g, m, v); };
   float* __restrict__ w = sl.param + ch.begin;
   const float* __restrict__ g = sl.grad + ch.begin;
   float* __restrict__ m = sl.m + ch.begin;

@@ -25,8 +25,14 @@
 // one block per group; pass 1 stores m, v, pass 2 re-reads codes, m and v and recomputes theta
 // (bit-identical); each thread takes units of 4 consecutive elements of a row. PerTensor (INT4
 // fine-tuning, or any format): one block cannot stream a whole tensor, so pass 1 runs over fixed
-// chunks of units of 4 elements writing per-chunk absmax to scratch, one block reduces them (old
-// scale -> scratch[0], new scale -> scales[0]), then pass 2 over the same chunks.
+// chunks of units of 4 elements writing per-chunk absmax to scratch, one block reduces them into
+// a TensorScaleSplit (old scale -> scratch[0], absmax -> scratch[1]), then pass 2 over the same
+// chunks (block 0 writes the new scale). The split entry points run the two halves over a row
+// range, with the ranges' maxima combined by the caller in between.
+//
+// Row ranges (RowRange): every kernel takes the range's rows (PerRow: its rows; Block128: its
+// tile rows; PerTensor: its elements) and keys element i's SR draw by global index i + key, so
+// the ranges of a partition give the whole-tensor bits.
 //
 // INT4 packs two codes per byte and store_code is a read-modify-write of the byte: every kernel
 // gives each thread whole bytes (the register kernel: cols is even for INT4 rows, so every quad
@@ -192,36 +198,38 @@ struct QuadMap {
 constexpr int kAny = -1;
 
 // Whether the rule's Eco injection runs this step (eco_update.h skips it when lr == 0 or
-// beta == 0: the rule's t.injects). The Eco-specialized kernels run only where it
+// beta == 0: the rule's injects()). The Eco-specialized kernels run only where it
 // does (the host checks): each states it once up front, so that the compiler drops the
 // per-element test.
-__host__ __device__ bool injection_skipped(const AdamWRule& r) { return !r.t.injects; }
-__host__ __device__ bool injection_skipped(const SgdmRule& r) { return !r.t.injects; }
+template <class Rule>
+__host__ __device__ bool injection_skipped(const Rule& r) { return !r.injects(); }
 
-// AdamW's bias corrections made a compile-time constant (AdamWTerms::unbiased: bc1 == bc2 == 1
+// AdamW's bias corrections made a compile-time constant (AdamWRule::unbiased(): bc1 == bc2 == 1
 // skips two divisions per element): true only in the kernels the host launches after checking
 // it; false everywhere else, which divides by bc1 and bc2 even when they are 1, with the same
 // bits, so that no kernel carries both paths for every element.
 template <bool kUnbiased>
-__device__ void fix_unbiased(AdamWRule& r) {
-  r.t.unbiased = kUnbiased;
+__device__ void fix_unbiased(AdamWRule<>& r) {
+  r.fix_unbiased(kUnbiased);
 }
 template <bool kUnbiased>
-__device__ void fix_unbiased(SgdmRule&) {}
-bool unbiased(const AdamWRule& r) { return r.t.unbiased; }
-bool unbiased(const SgdmRule&) { return false; }
+__device__ void fix_unbiased(SgdmRule<>&) {}
+bool unbiased(const AdamWRule<>& r) { return r.unbiased(); }
+bool unbiased(const SgdmRule<>&) { return false; }
 
-// grid (ceil(rows / teams)), block (team_threads, teams): team threadIdx.y of block x updates
-// row x * teams + threadIdx.y (PerRow scales), lane threadIdx.x owning kQuads quads (QuadMap).
+// grid (ceil((row_end - row_begin) / teams)), block (team_threads, teams): team threadIdx.y of
+// block x updates row row_begin + x * teams + threadIdx.y (PerRow scales), lane threadIdx.x
+// owning kQuads quads (QuadMap); element i draws as global index i + key (RowRange).
 // team_threads: a multiple of 32, at most kRegisterTeamThreads, team_threads * kQuads >= the
-// row's quads; kVec: cols % 4 == 0 and every buffer aligned for its quad access; kFormat,
+// row's quads; kVec: cols % 4 == 0, key % 4 == 0 and every buffer aligned for its quad access; kFormat,
 // kRounding, kPolicy: kAny or the value the arguments hold; kUnbiased: see fix_unbiased.
 template <class Rule, class S, int kQuads, bool kVec, int kFormat, int kRounding, int kPolicy,
           bool kUnbiased>
 __global__ void __launch_bounds__(kRegisterTeamThreads)
     quantized_update_registers_kernel(Rule rule, FormatQuantizer q_arg, UpdatePolicy policy_arg,
                                       QuantizedUpdateBuffers<S, float> b, float* scales,
-                                      int64_t rows, int64_t cols) {
+                                      int64_t row_begin, int64_t row_end, int64_t cols,
+                                      int64_t key) {
   constexpr int kElems = 4 * kQuads;
   fix_unbiased<kUnbiased>(rule);
   FormatQuantizer q = q_arg;
@@ -235,8 +243,8 @@ __global__ void __launch_bounds__(kRegisterTeamThreads)
     }
   }
 
-  const int64_t k = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;  // the row
-  const bool active = k < rows;
+  const int64_t k = row_begin + int64_t(blockIdx.x) * blockDim.y + threadIdx.y;  // the row
+  const bool active = k < row_end;
   const QuadMap map{active ? k * cols : 0, active ? int(cols) : 0, int(threadIdx.x),
                     int(blockDim.x)};
   const bool int4 = q.format == QFormat::INT4, master = policy == UpdatePolicy::Master;
@@ -300,12 +308,12 @@ __global__ void __launch_bounds__(kRegisterTeamThreads)
       const S* vq = v + 4 * j;
       Philox4x32 quad_draws{};
       GroupDrawCursor<FormatQuantizer> draw{q};
-      if constexpr (kVec) quad_draws = q.draws(uint64_t(i0) >> 2);
+      if constexpr (kVec) quad_draws = q.draws(uint64_t(i0 + key) >> 2);
       uint32_t word = 0;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (skip(count, e)) continue;
-        const uint32_t bits = kVec ? quad_draws.v[e] : draw(uint64_t(i0 + e));
+        const uint32_t bits = kVec ? quad_draws.v[e] : draw(uint64_t(i0 + e + key));
         const uint8_t code =
             quantized_update_code(rule, q, policy, theta[4 * j + e], mq[e], vq[e], scale, bits);
         word |= uint32_t(code) << (int4 ? 4 * e : 8 * e);
@@ -338,16 +346,17 @@ __device__ void for_each_group_element(const GroupSpan& span, F&& f) {
   }
 }
 
-// grid (number of groups), block (multiple of 32, <= kGroupThreads; two blocks per SM, so one
-// block's pass 1 overlaps the other's barrier and pass 2). kRowGroups: PerRow groups, else
-// Block128 tiles.
+// grid (number of groups from group k0), block (multiple of 32, <= kGroupThreads; two blocks per
+// SM, so one block's pass 1 overlaps the other's barrier and pass 2); block x updates group
+// k0 + x. kRowGroups: PerRow groups, else Block128 tiles. Element i draws as global index
+// i + key.
 template <class Rule, class S, bool kRowGroups>
 __global__ void __launch_bounds__(kGroupThreads, 2)
     quantized_update_groups_kernel(Rule rule, FormatQuantizer q, UpdatePolicy policy,
                                    QuantizedUpdateBuffers<S, float> b, float* scales, int64_t rows,
-                                   int64_t cols) {
+                                   int64_t cols, int64_t k0, int64_t key) {
   fix_unbiased<false>(rule);
-  const int64_t k = blockIdx.x;
+  const int64_t k = k0 + blockIdx.x;
   const GroupSpan span =
       scale_group_span(kRowGroups ? Granularity::PerRow : Granularity::Block128, rows, cols, k);
   const float old_scale = scales[k];  // every thread, before block_max's barrier
@@ -359,69 +368,77 @@ __global__ void __launch_bounds__(kGroupThreads, 2)
   const float new_scale = q.scale_for(block_max(absmax));
   GroupDrawCursor<FormatQuantizer> draw{q};
   for_each_group_element<kRowGroups>(span, [&](int64_t i) {
-    quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i)));
+    quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i + key)));
   });
   if (threadIdx.x == 0) scales[k] = new_scale;  // no thread reads scales[k] after the barrier
 }
 
-// Per-tensor group, chunk blockIdx.x: units [blockIdx.x * kTensorUnitsPerBlock,
-// +kTensorUnitsPerBlock) of 4 consecutive elements (unit u: elements 4u .. 4u + 3, the SR draw
-// group u; whole INT4 bytes), each unit's elements in increasing order.
+// Per-tensor group over elements [first, last), chunk blockIdx.x: units [u0 + blockIdx.x *
+// kTensorUnitsPerBlock, +kTensorUnitsPerBlock) of 4 consecutive elements from u0 = first / 4
+// (unit u: elements 4u .. 4u + 3 cut to the range; whole INT4 bytes of the range, the SR draw
+// group u), each unit's elements in increasing order.
 template <class F>
-__device__ void for_each_chunk_element(int64_t n, F&& f) {
-  const int64_t units = (n + 3) / 4;
-  const int64_t u0 = int64_t(blockIdx.x) * kTensorUnitsPerBlock;
+__device__ void for_each_chunk_element(int64_t first, int64_t last, F&& f) {
+  const int64_t units = (last + 3) / 4;
+  const int64_t u0 = first / 4 + int64_t(blockIdx.x) * kTensorUnitsPerBlock;
   const int64_t u1 = u0 + kTensorUnitsPerBlock < units ? u0 + kTensorUnitsPerBlock : units;
   for (int64_t u = u0 + threadIdx.x; u < u1; u += kTensorThreads)
-    for (int e = 0; e < 4 && 4 * u + e < n; ++e) f(4 * u + e);
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = 4 * u + e;
+      if (i >= first && i < last) f(i);
+    }
 }
 
-// Per-tensor pass 1: grid (chunks), block (kTensorThreads). chunk_max (chunks) <- absmax |theta|.
+// Per-tensor pass 1: grid (tensor_chunks(first, last)), block (kTensorThreads). chunk_max
+// (chunks) <- absmax |theta|.
 template <class Rule, class S>
 __global__ void __launch_bounds__(kTensorThreads)
     tensor_update_pass1_kernel(Rule rule, FormatQuantizer q, UpdatePolicy policy,
                                QuantizedUpdateBuffers<S, float> b, const float* scales,
-                               float* chunk_max, int64_t n) {
+                               float* chunk_max, int64_t first, int64_t last) {
   fix_unbiased<false>(rule);
   const float old_scale = scales[0];
   float absmax = 0.0f;
-  for_each_chunk_element(n, [&](int64_t i) {
+  for_each_chunk_element(first, last, [&](int64_t i) {
     absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
   });
   absmax = block_max(absmax);
   if (threadIdx.x == 0) chunk_max[blockIdx.x] = absmax;
 }
 
-// One block (kTensorThreads): scratch[0] <- old scale, scales[0] <- scale_for(max of chunk_max).
+// One block (kTensorThreads): split[0] <- the old scale, split[1] <- max of chunk_max (a
+// TensorScaleSplit in device memory).
 __global__ void __launch_bounds__(kTensorThreads)
-    tensor_update_scale_kernel(FormatQuantizer q, float* scales, float* scratch, int64_t chunks) {
-  const float* chunk_max = scratch + 1;
+    tensor_update_absmax_kernel(const float* scales, const float* chunk_max, int64_t chunks,
+                                float* split) {
   float m = 0.0f;
   for (int64_t c = threadIdx.x; c < chunks; c += kTensorThreads) m = fmaxf(m, chunk_max[c]);
   m = block_max(m);
   if (threadIdx.x == 0) {
-    scratch[0] = scales[0];
-    scales[0] = q.scale_for(m);
+    split[0] = scales[0];
+    split[1] = m;
   }
 }
 
-// Per-tensor pass 2: grid (chunks), block (kTensorThreads); old scale in scratch[0], new in
-// scales[0].
+// Per-tensor pass 2: grid (tensor_chunks(first, last)), block (kTensorThreads); split: the old
+// scale and the combined absmax (device memory); block 0 writes the new scale (no block reads
+// scales[0] here). Element i draws as global index i + key.
 template <class Rule, class S>
 __global__ void __launch_bounds__(kTensorThreads)
     tensor_update_pass2_kernel(Rule rule, FormatQuantizer q, UpdatePolicy policy,
-                               QuantizedUpdateBuffers<S, float> b, const float* scales,
-                               const float* scratch, int64_t n) {
+                               QuantizedUpdateBuffers<S, float> b, float* scales,
+                               const float* split, int64_t first, int64_t last, int64_t key) {
   fix_unbiased<false>(rule);
-  const float old_scale = scratch[0], new_scale = scales[0];
+  const float old_scale = split[0], new_scale = q.scale_for(split[1]);
   GroupDrawCursor<FormatQuantizer> draw{q};
-  for_each_chunk_element(n, [&](int64_t i) {
-    quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i)));
+  for_each_chunk_element(first, last, [&](int64_t i) {
+    quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i + key)));
   });
+  if (blockIdx.x == 0 && threadIdx.x == 0) scales[0] = new_scale;
 }
 
-int64_t tensor_chunks(int64_t n) {
-  const int64_t units = (n + 3) / 4;
+int64_t tensor_chunks(int64_t first, int64_t last) {
+  const int64_t units = first < last ? (last + 3) / 4 - first / 4 : 0;
   return (units + kTensorUnitsPerBlock - 1) / kTensorUnitsPerBlock;
 }
 
@@ -479,34 +496,40 @@ RegisterLaunch register_launch(GroupKernel kernel, Granularity g, int64_t cols) 
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// Whether every buffer allows the register kernel's quad accesses.
+// Whether every buffer allows the register kernel's quad accesses (and the SR key offset keeps
+// a quad one Philox group).
 template <class S>
 bool quad_aligned(const QuantizedUpdateBuffers<S, float>& b, UpdatePolicy policy, QFormat f,
-                  int64_t cols, bool has_v) {
-  return cols % 4 == 0 && aligned(b.grad, 16) && aligned(b.m, 4 * sizeof(S)) &&
+                  int64_t cols, bool has_v, int64_t key) {
+  return cols % 4 == 0 && key % 4 == 0 && aligned(b.grad, 16) && aligned(b.m, 4 * sizeof(S)) &&
          (!has_v || aligned(b.v, 4 * sizeof(S))) &&
          (policy != UpdatePolicy::Master || aligned(b.master, 16)) &&
          aligned(b.codes, f == QFormat::INT4 ? 2 : 4);
 }
 
+// The rows [begin, end) of an update and its SR key offset, resolved from a RowRange.
+struct Rows {
+  int64_t begin, end, key;
+};
+
 template <class Rule, class S, int kQuads>
 void launch_registers(const Rule& rule, const FormatQuantizer& q, UpdatePolicy policy,
-                      const QuantizedUpdateBuffers<S, float>& b, float* scales, int64_t rows,
+                      const QuantizedUpdateBuffers<S, float>& b, float* scales, const Rows& r,
                       int64_t cols, const RegisterLaunch& l, cudaStream_t s) {
-  const unsigned blocks = unsigned((rows + l.teams_per_block - 1) / l.teams_per_block);
+  const unsigned blocks = unsigned((r.end - r.begin + l.teams_per_block - 1) / l.teams_per_block);
   const dim3 threads(unsigned(l.team_threads), unsigned(l.teams_per_block));
   auto run = [&](auto kernel) {
-    kernel<<<blocks, threads, 0, s>>>(rule, q, policy, b, scales, rows, cols);
+    kernel<<<blocks, threads, 0, s>>>(rule, q, policy, b, scales, r.begin, r.end, cols, r.key);
   };
   constexpr int kE4m3 = int(QFormat::E4M3), kSr = int(Rounding::SR), kRtn = int(Rounding::RTN);
   constexpr int kEco = int(UpdatePolicy::Eco);
   const bool eco = policy == UpdatePolicy::Eco && !injection_skipped(rule);
   const bool sr = q.rounding == Rounding::SR;
   // The Eco E4M3 kernels also come without AdamW's bias-correction divisions, for the steps
-  // where they are 1 (most of a run: AdamWTerms::unbiased).
-  constexpr bool kAdamW = std::is_same_v<Rule, AdamWRule>;
+  // where they are 1 (most of a run: AdamWRule::unbiased()).
+  constexpr bool kAdamW = std::is_same_v<Rule, AdamWRule<>>;
   const bool skip_bc = kAdamW && unbiased(rule);
-  if (!quad_aligned(b, policy, q.format, cols, Rule::kHasV)) {
+  if (!quad_aligned(b, policy, q.format, cols, Rule::kHasV, r.key)) {
     run(quantized_update_registers_kernel<Rule, S, kQuads, false, kAny, kAny, kAny, false>);
   } else if (q.format != QFormat::E4M3) {
     run(quantized_update_registers_kernel<Rule, S, kQuads, true, kAny, kAny, kAny, false>);
@@ -525,23 +548,77 @@ void launch_registers(const Rule& rule, const FormatQuantizer& q, UpdatePolicy p
   }
 }
 
+// The checks every entry point shares (see the header); resolves the range into *r.
+template <class Rule, class S>
+cudaError_t check_update(UpdatePolicy policy, const QuantizedUpdateBuffers<S, float>& b,
+                         const float* scales, int64_t rows, int64_t cols, const RowRange& range,
+                         Rows* r) {
+  if (rows < 0 || cols < 1 || rows > int64_t(INT32_MAX) || cols > int64_t(INT32_MAX))
+    return cudaErrorInvalidValue;
+  *r = {range.begin, range.end_row(rows), range.key_offset(cols)};
+  if (r->begin < 0 || r->begin > r->end || r->end > rows || r->key + r->begin * cols < 0)
+    return cudaErrorInvalidValue;
+  if (r->begin == r->end) return cudaSuccess;
+  if (!b.codes || !b.grad || !b.m || !scales) return cudaErrorInvalidValue;
+  if (Rule::kHasV && !b.v) return cudaErrorInvalidValue;
+  if (policy == UpdatePolicy::Master && !b.master) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+// PerTensor pass 1 over r: scratch[0..1] <- the split, chunk maxima at scratch + 2.
+template <class Rule, class S>
+cudaError_t launch_tensor_absmax(const Rule& rule, const FormatQuantizer& q, UpdatePolicy policy,
+                                 const QuantizedUpdateBuffers<S, float>& b, const float* scales,
+                                 int64_t cols, const Rows& r, float* scratch, cudaStream_t s) {
+  const int64_t first = r.begin * cols, last = r.end * cols, chunks = tensor_chunks(first, last);
+  if (chunks > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+  if (chunks > 0) {
+    tensor_update_pass1_kernel<Rule, S>
+        <<<unsigned(chunks), kTensorThreads, 0, s>>>(rule, q, policy, b, scales, scratch + 2, first, last);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  tensor_update_absmax_kernel<<<1, kTensorThreads, 0, s>>>(scales, scratch + 2, chunks, scratch);
+  return cudaGetLastError();
+}
+
+// PerTensor pass 2 over r with the split at `split` (device memory).
+template <class Rule, class S>
+cudaError_t launch_tensor_finish(const Rule& rule, const FormatQuantizer& q, UpdatePolicy policy,
+                                 const QuantizedUpdateBuffers<S, float>& b, float* scales,
+                                 int64_t cols, const Rows& r, const float* split, cudaStream_t s) {
+  const int64_t first = r.begin * cols, last = r.end * cols, chunks = tensor_chunks(first, last);
+  if (chunks > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+  if (chunks == 0) return cudaSuccess;
+  tensor_update_pass2_kernel<Rule, S>
+      <<<unsigned(chunks), kTensorThreads, 0, s>>>(rule, q, policy, b, scales, split, first, last, r.key);
+  return cudaGetLastError();
+}
+
 template <class Rule, class S>
 cudaError_t launch_quantized_update(const Rule& rule, const FormatQuantizer& q, UpdatePolicy policy,
                                     const QuantizedUpdateBuffers<S, float>& b, float* scales,
                                     int64_t rows, int64_t cols, Granularity granularity,
-                                    float* scratch, cudaStream_t s, GroupKernel kernel) {
-  if (rows < 0 || cols < 1 || rows > int64_t(INT32_MAX) || cols > int64_t(INT32_MAX))
-    return cudaErrorInvalidValue;
+                                    float* scratch, cudaStream_t s, GroupKernel kernel,
+                                    const RowRange& range) {
+  Rows r{};
+  if (const cudaError_t e = check_update<Rule>(policy, b, scales, rows, cols, range, &r); e != cudaSuccess)
+    return e;
   if (!group_kernel_fits(kernel, granularity, rows, cols)) return cudaErrorInvalidValue;
-  if (rows == 0) return cudaSuccess;
-  if (!b.codes || !b.grad || !b.m || !scales) return cudaErrorInvalidValue;
-  if (Rule::kHasV && !b.v) return cudaErrorInvalidValue;
-  if (policy == UpdatePolicy::Master && !b.master) return cudaErrorInvalidValue;
+  if (granularity == Granularity::PerTensor && (r.begin != 0 || r.end != rows))
+    return cudaErrorInvalidValue;  // ranges of a per-tensor scale: the split update
+  if (granularity == Granularity::Block128 &&
+      (r.begin % kScaleBlock != 0 || (r.end % kScaleBlock != 0 && r.end != rows)))
+    return cudaErrorInvalidValue;
+  if (r.begin == r.end) return cudaSuccess;
   const int per = q.format == QFormat::INT4 ? 2 : 1;
   if (granularity != Granularity::PerTensor) {
     if (cols % per != 0) return cudaErrorInvalidValue;
-    const int64_t groups = scale_group_count(granularity, rows, cols);
-    if (groups > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
+    const int64_t tiles_per_row = (cols + kScaleBlock - 1) / kScaleBlock;
+    const int64_t k0 = granularity == Granularity::PerRow ? r.begin : r.begin / kScaleBlock * tiles_per_row;
+    const int64_t k1 = granularity == Granularity::PerRow
+                           ? r.end
+                           : (r.end + kScaleBlock - 1) / kScaleBlock * tiles_per_row;
+    if (k1 - k0 > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
     const RegisterLaunch l =
         kernel == GroupKernel::TwoPass ? RegisterLaunch{} : register_launch(kernel, granularity, cols);
     if (l.quads == 0) {
@@ -552,90 +629,84 @@ cudaError_t launch_quantized_update(const Rule& rule, const FormatQuantizer& q, 
       const int threads = group_threads(elements);
       if (granularity == Granularity::PerRow)
         quantized_update_groups_kernel<Rule, S, true>
-            <<<unsigned(groups), threads, 0, s>>>(rule, q, policy, b, scales, rows, cols);
+            <<<unsigned(k1 - k0), threads, 0, s>>>(rule, q, policy, b, scales, rows, cols, k0, r.key);
       else
         quantized_update_groups_kernel<Rule, S, false>
-            <<<unsigned(groups), threads, 0, s>>>(rule, q, policy, b, scales, rows, cols);
+            <<<unsigned(k1 - k0), threads, 0, s>>>(rule, q, policy, b, scales, rows, cols, k0, r.key);
       return cudaGetLastError();
     }
-    if (l.quads == 1) launch_registers<Rule, S, 1>(rule, q, policy, b, scales, rows, cols, l, s);
-    else if (l.quads == 2) launch_registers<Rule, S, 2>(rule, q, policy, b, scales, rows, cols, l, s);
-    else launch_registers<Rule, S, 4>(rule, q, policy, b, scales, rows, cols, l, s);
+    if (l.quads == 1) launch_registers<Rule, S, 1>(rule, q, policy, b, scales, r, cols, l, s);
+    else if (l.quads == 2) launch_registers<Rule, S, 2>(rule, q, policy, b, scales, r, cols, l, s);
+    else launch_registers<Rule, S, 4>(rule, q, policy, b, scales, r, cols, l, s);
     return cudaGetLastError();
   }
   if (!scratch) return cudaErrorInvalidValue;
-  const int64_t n = rows * cols, chunks = tensor_chunks(n);
-  if (chunks > int64_t(INT32_MAX)) return cudaErrorInvalidValue;
-  tensor_update_pass1_kernel<Rule, S>
-      <<<unsigned(chunks), kTensorThreads, 0, s>>>(rule, q, policy, b, scales, scratch + 1, n);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  tensor_update_scale_kernel<<<1, kTensorThreads, 0, s>>>(q, scales, scratch, chunks);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  tensor_update_pass2_kernel<Rule, S>
-      <<<unsigned(chunks), kTensorThreads, 0, s>>>(rule, q, policy, b, scales, scratch, n);
-  return cudaGetLastError();
+  if (const cudaError_t e = launch_tensor_absmax(rule, q, policy, b, scales, cols, r, scratch, s);
+      e != cudaSuccess)
+    return e;
+  return launch_tensor_finish(rule, q, policy, b, scales, cols, r, scratch, s);
+}
+
+template <class Rule, class S>
+cudaError_t tensor_absmax(const Rule& rule, const FormatQuantizer& q, UpdatePolicy policy,
+                          const QuantizedUpdateBuffers<S, float>& b, const float* scales,
+                          int64_t rows, int64_t cols, const RowRange& range, float* scratch,
+                          cudaStream_t s) {
+  Rows r{};
+  if (const cudaError_t e = check_update<Rule>(policy, b, scales, rows, cols, range, &r); e != cudaSuccess)
+    return e;
+  if (!scratch || !scales) return cudaErrorInvalidValue;
+  return launch_tensor_absmax(rule, q, policy, b, scales, cols, r, scratch, s);
+}
+
+template <class Rule, class S>
+cudaError_t tensor_finish(const Rule& rule, const FormatQuantizer& q, UpdatePolicy policy,
+                          const QuantizedUpdateBuffers<S, float>& b, float* scales, int64_t rows,
+                          int64_t cols, const RowRange& range, const float* split,
+                          cudaStream_t s) {
+  Rows r{};
+  if (const cudaError_t e = check_update<Rule>(policy, b, scales, rows, cols, range, &r); e != cudaSuccess)
+    return e;
+  if (!split || !scales) return cudaErrorInvalidValue;
+  return launch_tensor_finish(rule, q, policy, b, scales, cols, r, split, s);
 }
 
 // ---- plain fp32 steps ----------------------------------------------------------------------
 
 // Thread t updates elements [4t, 4t + 4) (kVec: one float4 of each buffer), then the tail
-// n - n % 4 .. n - 1 is done by the first n % 4 threads. Element math as the CPU loop.
-template <bool kVec>
-__global__ void __launch_bounds__(kElementwiseThreads)
-    fp32_adamw_kernel(float* __restrict__ param, const float* __restrict__ grad,
-                      float* __restrict__ m, float* __restrict__ v, int64_t n,
-                      AdamWCoeffs c) {
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t < n / 4) {
-    if constexpr (kVec) {
-      float4 p = reinterpret_cast<float4*>(param)[t], mm = reinterpret_cast<float4*>(m)[t],
-             vv = reinterpret_cast<float4*>(v)[t];
-      const float4 g = reinterpret_cast<const float4*>(grad)[t];
-      p.x = adamw_element(p.x, g.x, mm.x, vv.x, c);
-      p.y = adamw_element(p.y, g.y, mm.y, vv.y, c);
-      p.z = adamw_element(p.z, g.z, mm.z, vv.z, c);
-      p.w = adamw_element(p.w, g.w, mm.w, vv.w, c);
-      reinterpret_cast<float4*>(param)[t] = p;
-      reinterpret_cast<float4*>(m)[t] = mm;
-      reinterpret_cast<float4*>(v)[t] = vv;
-    } else {
-      for (int64_t i = 4 * t; i < 4 * t + 4; ++i)
-        param[i] = adamw_element(param[i], grad[i], m[i], v[i], c);
-    }
-  }
-  if (t < n % 4) {
-    const int64_t i = n - n % 4 + t;
-    param[i] = adamw_element(param[i], grad[i], m[i], v[i], c);
-  }
+// n - n % 4 .. n - 1 is done by the first n % 4 threads. The rule's plain step
+// (optimizer_rules.h), as the CPU loop: the same bits.
+__device__ void plain_step(const AdamWRule<>& r, float& w, float g, float& m, float& v) {
+  w = r.step(w, g, m, v);
+}
+__device__ void plain_step(const SgdmRule<>& r, float& w, float g, float& m, float& /*v*/) {
+  w = r.step(w, g, m);
 }
 
-template <bool kVec>
+template <class Rule, bool kVec>
 __global__ void __launch_bounds__(kElementwiseThreads)
-    fp32_sgdm_kernel(float* __restrict__ param, const float* __restrict__ grad,
-                     float* __restrict__ m, int64_t n, SgdmCoeffs c) {
+    fp32_plain_kernel(float* __restrict__ param, const float* __restrict__ grad,
+                      float* __restrict__ m, float* __restrict__ v, int64_t n, Rule rule) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  auto step = [&](float& w, float g, float& mom) {
-    sgdm_moment(g, mom, c);
-    w = sgdm_theta(w, mom, c);
-  };
+  float v_unused = 0.0f;
+  auto step = [&](int64_t i) { plain_step(rule, param[i], grad[i], m[i], Rule::kHasV ? v[i] : v_unused); };
   if (t < n / 4) {
     if constexpr (kVec) {
       float4 p = reinterpret_cast<float4*>(param)[t], mm = reinterpret_cast<float4*>(m)[t];
+      float4 vv = Rule::kHasV ? reinterpret_cast<float4*>(v)[t] : float4{};
       const float4 g = reinterpret_cast<const float4*>(grad)[t];
-      step(p.x, g.x, mm.x);
-      step(p.y, g.y, mm.y);
-      step(p.z, g.z, mm.z);
-      step(p.w, g.w, mm.w);
+      plain_step(rule, p.x, g.x, mm.x, vv.x);
+      plain_step(rule, p.y, g.y, mm.y, vv.y);
+      plain_step(rule, p.z, g.z, mm.z, vv.z);
+      plain_step(rule, p.w, g.w, mm.w, vv.w);
       reinterpret_cast<float4*>(param)[t] = p;
       reinterpret_cast<float4*>(m)[t] = mm;
+      if constexpr (Rule::kHasV) reinterpret_cast<float4*>(v)[t] = vv;
     } else {
-      for (int64_t i = 4 * t; i < 4 * t + 4; ++i) step(param[i], grad[i], m[i]);
+      for (int64_t i = 4 * t; i < 4 * t + 4; ++i) step(i);
     }
   }
-  if (t < n % 4) {
-    const int64_t i = n - n % 4 + t;
-    step(param[i], grad[i], m[i]);
-  }
+  if (t < n % 4) step(n - n % 4 + t);
 }
 
 bool aligned16(const void* p) { return aligned(p, 16); }
@@ -645,12 +716,27 @@ unsigned elementwise_blocks(int64_t n) {
   return unsigned((threads + kElementwiseThreads - 1) / kElementwiseThreads);
 }
 
+template <class Rule>
+cudaError_t launch_plain(float* param, const float* grad, float* m, float* v, int64_t n,
+                         const Rule& rule, cudaStream_t s) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (!param || !grad || !m || (Rule::kHasV && !v)) return cudaErrorInvalidValue;
+  if (aligned16(param) && aligned16(grad) && aligned16(m) && (!Rule::kHasV || aligned16(v)))
+    fp32_plain_kernel<Rule, true>
+        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, v, n, rule);
+  else
+    fp32_plain_kernel<Rule, false>
+        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, v, n, rule);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 int64_t quantized_update_scratch_floats(int64_t rows, int64_t cols, QFormat /*format*/,
                                         Granularity granularity) {
   if (granularity != Granularity::PerTensor || rows <= 0 || cols <= 0) return 0;
-  return 1 + tensor_chunks(rows * cols);
+  return 2 + tensor_chunks(0, rows * cols);
 }
 
 bool group_kernel_fits(GroupKernel kernel, Granularity granularity, int64_t rows, int64_t cols) {
@@ -660,65 +746,86 @@ bool group_kernel_fits(GroupKernel kernel, Granularity granularity, int64_t rows
          register_launch(kernel, granularity, cols).quads != 0;
 }
 
+template <class S>
 cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                   UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
+                                   UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
                                    float* scales, int64_t rows, int64_t cols,
                                    Granularity granularity, float* scratch, cudaStream_t s,
-                                   GroupKernel kernel) {
-  return launch_quantized_update(AdamWRule{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s, kernel);
+                                   GroupKernel kernel, const RowRange& range) {
+  return launch_quantized_update(AdamWRule<>{c}, q, policy, b, scales, rows, cols, granularity,
+                                 scratch, s, kernel, range);
 }
-cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                   UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
-                                   float* scales, int64_t rows, int64_t cols,
-                                   Granularity granularity, float* scratch, cudaStream_t s,
-                                   GroupKernel kernel) {
-  return launch_quantized_update(AdamWRule{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s, kernel);
-}
+template <class S>
 cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                  UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
+                                  UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
                                   float* scales, int64_t rows, int64_t cols,
                                   Granularity granularity, float* scratch, cudaStream_t s,
-                                  GroupKernel kernel) {
-  return launch_quantized_update(SgdmRule{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s, kernel);
+                                  GroupKernel kernel, const RowRange& range) {
+  return launch_quantized_update(SgdmRule<>{c}, q, policy, b, scales, rows, cols, granularity,
+                                 scratch, s, kernel, range);
 }
-cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                  UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
-                                  float* scales, int64_t rows, int64_t cols,
-                                  Granularity granularity, float* scratch, cudaStream_t s,
-                                  GroupKernel kernel) {
-  return launch_quantized_update(SgdmRule{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s, kernel);
+template <class S>
+cudaError_t quantized_adamw_tensor_absmax(const AdamWCoeffs& c, const FormatQuantizer& q,
+                                          UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
+                                          const float* scales, int64_t rows, int64_t cols,
+                                          const RowRange& range, float* scratch, cudaStream_t s) {
+  return tensor_absmax(AdamWRule<>{c}, q, policy, b, scales, rows, cols, range, scratch, s);
 }
+template <class S>
+cudaError_t quantized_sgdm_tensor_absmax(const SgdmCoeffs& c, const FormatQuantizer& q,
+                                         UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
+                                         const float* scales, int64_t rows, int64_t cols,
+                                         const RowRange& range, float* scratch, cudaStream_t s) {
+  return tensor_absmax(SgdmRule<>{c}, q, policy, b, scales, rows, cols, range, scratch, s);
+}
+template <class S>
+cudaError_t quantized_adamw_tensor_finish(const AdamWCoeffs& c, const FormatQuantizer& q,
+                                          UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
+                                          float* scales, int64_t rows, int64_t cols,
+                                          const RowRange& range, const float* split,
+                                          cudaStream_t s) {
+  return tensor_finish(AdamWRule<>{c}, q, policy, b, scales, rows, cols, range, split, s);
+}
+template <class S>
+cudaError_t quantized_sgdm_tensor_finish(const SgdmCoeffs& c, const FormatQuantizer& q,
+                                         UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
+                                         float* scales, int64_t rows, int64_t cols,
+                                         const RowRange& range, const float* split,
+                                         cudaStream_t s) {
+  return tensor_finish(SgdmRule<>{c}, q, policy, b, scales, rows, cols, range, split, s);
+}
+
+#define ECO_INSTANTIATE_QUANTIZED_UPDATE(S)                                                      \
+  template cudaError_t quantized_adamw_update<S>(                                                \
+      const AdamWCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&, \
+      float*, int64_t, int64_t, Granularity, float*, cudaStream_t, GroupKernel, const RowRange&); \
+  template cudaError_t quantized_sgdm_update<S>(                                                 \
+      const SgdmCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&,  \
+      float*, int64_t, int64_t, Granularity, float*, cudaStream_t, GroupKernel, const RowRange&); \
+  template cudaError_t quantized_adamw_tensor_absmax<S>(                                         \
+      const AdamWCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&, \
+      const float*, int64_t, int64_t, const RowRange&, float*, cudaStream_t);                    \
+  template cudaError_t quantized_sgdm_tensor_absmax<S>(                                          \
+      const SgdmCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&,  \
+      const float*, int64_t, int64_t, const RowRange&, float*, cudaStream_t);                    \
+  template cudaError_t quantized_adamw_tensor_finish<S>(                                         \
+      const AdamWCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&, \
+      float*, int64_t, int64_t, const RowRange&, const float*, cudaStream_t);                    \
+  template cudaError_t quantized_sgdm_tensor_finish<S>(                                          \
+      const SgdmCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&,  \
+      float*, int64_t, int64_t, const RowRange&, const float*, cudaStream_t);
+ECO_INSTANTIATE_QUANTIZED_UPDATE(float)
+ECO_INSTANTIATE_QUANTIZED_UPDATE(uint16_t)
+#undef ECO_INSTANTIATE_QUANTIZED_UPDATE
 
 cudaError_t fp32_adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
                               const AdamWCoeffs& c, cudaStream_t s) {
-  if (n < 0) return cudaErrorInvalidValue;
-  if (n == 0) return cudaSuccess;
-  if (!param || !grad || !m || !v) return cudaErrorInvalidValue;
-  if (aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v))
-    fp32_adamw_kernel<true>
-        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, v, n, c);
-  else
-    fp32_adamw_kernel<false>
-        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, v, n, c);
-  return cudaGetLastError();
+  return launch_plain(param, grad, m, v, n, AdamWRule<>{c}, s);
 }
 
 cudaError_t fp32_sgdm_update(float* param, const float* grad, float* m, int64_t n,
                              const SgdmCoeffs& c, cudaStream_t s) {
-  if (n < 0) return cudaErrorInvalidValue;
-  if (n == 0) return cudaSuccess;
-  if (!param || !grad || !m) return cudaErrorInvalidValue;
-  if (aligned16(param) && aligned16(grad) && aligned16(m))
-    fp32_sgdm_kernel<true>
-        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, n, c);
-  else
-    fp32_sgdm_kernel<false>
-        <<<elementwise_blocks(n), kElementwiseThreads, 0, s>>>(param, grad, m, n, c);
-  return cudaGetLastError();
+  return launch_plain(param, grad, m, nullptr, n, SgdmRule<>{c}, s);
 }
 
 }  // namespace eco::cuda

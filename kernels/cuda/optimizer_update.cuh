@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/adamw.h"
+#include "kernels/common/optimizer_rules.h"
 #include "kernels/common/eco_update.h"
 #include "kernels/common/format_quantizer.h"
 #include "kernels/common/scale_groups.h"
@@ -18,7 +18,7 @@ namespace eco::cuda {
 // INT4 two per byte), scales (scale_group_count(granularity, rows, cols) fp32), and grad, m, v,
 // master indexed like the codes (element i = row * cols + col). State S: float or bf16 bits.
 //
-// Bit-identical to the CPU driver (src/optim/quantized_update.h, quantized_update_matrix) on the
+// Bit-identical to the CPU driver (kernels/cpu/quantized_update.h, quantized_update_matrix) on the
 // same inputs: codes, scales, m, v and master, for every rule x policy x rounding x state type.
 // Both run kernels/common/eco_update.h's element math with the same FormatQuantizer (SR draws
 // philox_bits(q.seed, q.step, q.tensor_id, i)): the CPU through quantized_update_pass1/pass2,
@@ -35,6 +35,7 @@ namespace eco::cuda {
 // Any alignment: 16-byte aligned fp32 buffers (8-byte bf16, 4-byte codes, 2-byte INT4 codes)
 // with cols % 4 == 0 take vector loads and stores, anything else element-wise ones.
 // The stream sees 1 kernel (PerRow, Block128) or 3 (PerTensor).
+// Rows: the whole tensor, or a RowRange (below).
 int64_t quantized_update_scratch_floats(int64_t rows, int64_t cols, QFormat format,
                                         Granularity granularity);
 
@@ -53,30 +54,59 @@ constexpr int kRegisterTeamThreads = 512;  // a register kernel's threads per ro
 // PerTensor takes no GroupKernel but Auto).
 bool group_kernel_fits(GroupKernel kernel, Granularity granularity, int64_t rows, int64_t cols);
 
+// The update of rows `range` (all rows by default; RowRange: element i draws its SR bits as global
+// index i + range.key_offset(cols)). Block128: the range starts and ends on block-row boundaries
+// (or the tensor's end); PerTensor: all rows only (ranges take the split below); otherwise
+// cudaErrorInvalidValue. S: float or uint16_t (bf16 bits).
+template <class S>
 cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                   UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
+                                   UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
                                    float* scales, int64_t rows, int64_t cols,
                                    Granularity granularity, float* scratch,
-                                   cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto);
-cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                   UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
-                                   float* scales, int64_t rows, int64_t cols,
-                                   Granularity granularity, float* scratch,
-                                   cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto);
+                                   cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto,
+                                   const RowRange& range = {});
+template <class S>
 cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                  UpdatePolicy policy, const QuantizedUpdateBuffers<float>& b,
+                                  UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
                                   float* scales, int64_t rows, int64_t cols,
                                   Granularity granularity, float* scratch,
-                                  cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto);
-cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                  UpdatePolicy policy, const QuantizedUpdateBuffers<uint16_t>& b,
-                                  float* scales, int64_t rows, int64_t cols,
-                                  Granularity granularity, float* scratch,
-                                  cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto);
+                                  cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto,
+                                  const RowRange& range = {});
+
+// The split update of a PerTensor-scaled weight over row ranges (TensorScaleSplit; the CPU
+// driver's quantized_update_tensor_absmax / _finish). absmax: pass 1 over the range, 2 kernels;
+// writes the range's split to scratch[0] (the old scale) and scratch[1] (absmax |theta|);
+// scratch holds quantized_update_scratch_floats(rows, cols, ...) floats. finish: pass 2 over the
+// range with the combined split at `split` (2 device floats: may be the scratch), 1 kernel;
+// writes scales[0] = q.scale_for(split[1]). Every range's absmax runs before any range's finish.
+template <class S>
+cudaError_t quantized_adamw_tensor_absmax(const AdamWCoeffs& c, const FormatQuantizer& q,
+                                          UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
+                                          const float* scales, int64_t rows, int64_t cols,
+                                          const RowRange& range, float* scratch,
+                                          cudaStream_t s = nullptr);
+template <class S>
+cudaError_t quantized_sgdm_tensor_absmax(const SgdmCoeffs& c, const FormatQuantizer& q,
+                                         UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
+                                         const float* scales, int64_t rows, int64_t cols,
+                                         const RowRange& range, float* scratch,
+                                         cudaStream_t s = nullptr);
+template <class S>
+cudaError_t quantized_adamw_tensor_finish(const AdamWCoeffs& c, const FormatQuantizer& q,
+                                          UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
+                                          float* scales, int64_t rows, int64_t cols,
+                                          const RowRange& range, const float* split,
+                                          cudaStream_t s = nullptr);
+template <class S>
+cudaError_t quantized_sgdm_tensor_finish(const SgdmCoeffs& c, const FormatQuantizer& q,
+                                         UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
+                                         float* scales, int64_t rows, int64_t cols,
+                                         const RowRange& range, const float* split,
+                                         cudaStream_t s = nullptr);
 
 // ---- plain fp32 steps (embeddings, head, norm gains) ---------------------------------------
-// param, grad, m, v (n) fp32, updated in place element by element with adamw_element /
-// sgdm_moment + sgdm_theta: bit-identical to the CPU backend's loops. float4 loads and stores
+// param, grad, m, v (n) fp32, updated in place element by element with AdamWRule /
+// SgdmRule's plain step (optimizer_rules.h): bit-identical to the CPU backend's loops. float4 loads and stores
 // when every pointer is 16-byte aligned, scalar otherwise. Null pointers with n > 0 or n < 0:
 // cudaErrorInvalidValue.
 cudaError_t fp32_adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,

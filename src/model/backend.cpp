@@ -46,20 +46,14 @@ void Backend::residual_norm_forward(const Tensor& resid, const Tensor& out, cons
     layernorm_forward(out, mean, rstd, resid, w, bias, N, C, eps);
 }
 
-void Backend::adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWStep& s) {
-  for (const PlainUpdate& t : ts) {
-    AdamWStep st = s;
-    st.weight_decay = t.weight_decay;
-    adamw_update(t.param, t.grad, t.m, t.v, t.n, st);
-  }
+void Backend::adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWCoeffs& c) {
+  for (const PlainUpdate& t : ts)
+    adamw_update(t.param, t.grad, t.m, t.v, t.n, with_weight_decay(c, t.weight_decay));
 }
 
-void Backend::sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmStep& s) {
-  for (const PlainUpdate& t : ts) {
-    SgdmStep st = s;
-    st.weight_decay = t.weight_decay;
-    sgdm_update(t.param, t.grad, t.m, t.n, st);
-  }
+void Backend::sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmCoeffs& c) {
+  for (const PlainUpdate& t : ts)
+    sgdm_update(t.param, t.grad, t.m, t.n, with_weight_decay(c, t.weight_decay));
 }
 
 }  // namespace eco

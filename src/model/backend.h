@@ -12,25 +12,13 @@
 
 #include "core/memory_ledger.h"
 #include "core/tensor.h"
-#include "kernels/common/adamw.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/cuda_workspaces.h"
+#include "kernels/common/eco_update.h"
+#include "kernels/common/optimizer_rules.h"
 #include "quant/treatment.h"
 
 namespace eco {
-
-struct AdamWStep {
-  float lr;
-  float beta1, beta2, eps;
-  float weight_decay;  // already zero for parameters without decay
-  float grad_scale;    // gradient clipping multiplier (1 = no clipping)
-  int64_t t;           // step number, from 1 (bias corrections)
-};
-
-// SGD with momentum in EMA form: m = beta*m + (1-beta)*g, w = w*(1 - lr*wd) - lr*m.
-struct SgdmStep {
-  float lr, beta, weight_decay, grad_scale;
-};
 
 // One tensor of a plain (unquantized) update: param, grad, m (and v for AdamW) of n elements.
 struct PlainUpdate {
@@ -38,17 +26,6 @@ struct PlainUpdate {
   int64_t n = 0;
   float weight_decay = 0.0f;
 };
-
-// The element math's coefficients for a step. Every backend derives them here, so the bias
-// corrections (computed in double, then rounded once to float) are the same bits everywhere.
-inline AdamWCoeffs adamw_coeffs(const AdamWStep& s) {
-  return {s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
-          float(1.0 - std::pow(double(s.beta1), double(s.t))),
-          float(1.0 - std::pow(double(s.beta2), double(s.t)))};
-}
-inline SgdmCoeffs sgdm_coeffs(const SgdmStep& s) {
-  return {s.lr, s.beta, s.weight_decay, s.grad_scale};
-}
 
 // How a quantized parameter is updated this step (the treatment's policy and rounding), and
 // the key of its SR random stream.
@@ -225,26 +202,58 @@ class Backend {
                                          int OC);
 
   // ---- optimizer ----------------------------------------------------------------------------
+  // The step's coefficients (kernels/common/optimizer_rules.h) come from the optimizer, built
+  // once per step, and reach the element math unchanged; the per-parameter weight decay is
+  // already in them (the *_many updates take it from each PlainUpdate).
   virtual double sum_squares(const Tensor& x, int64_t n) = 0;
   // One AdamW step over n elements of a parameter (param, grad, m, v are parallel arrays).
   virtual void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, int64_t n, const AdamWStep& s) = 0;
+                            const Tensor& v, int64_t n, const AdamWCoeffs& c) = 0;
   virtual void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
-                           const SgdmStep& s) = 0;
+                           const SgdmCoeffs& c) = 0;
   // The plain steps of many tensors at once (the optimizer's unquantized parameters), each with
-  // its own weight decay (s.weight_decay is replaced by it). The defaults call adamw_update /
+  // its own weight decay (c.weight_decay is replaced by it). The defaults call adamw_update /
   // sgdm_update per tensor; CUDA runs them all in one launch, with the same bits.
-  virtual void adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWStep& s);
-  virtual void sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmStep& s);
+  virtual void adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWCoeffs& c);
+  virtual void sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmCoeffs& c);
   // The fused update of a quantized parameter (kernels/common/eco_update.h), one scale group at
   // a time: moments, theta (never stored), new scale, codes, and under ECO the error into m.
-  // master is the fp32 master copy (Master policy) or empty; m, v are fp32 or bf16.
+  // master is the fp32 master copy (Master policy) or empty; m, v are fp32 or bf16; all of them
+  // hold the whole tensor. `rows`: the rows to update (all by default) and the global index of
+  // their first element, which keys the SR draws (RowRange): updating the ranges of a partition
+  // one by one gives the whole-tensor bits. Block128 ranges start and end on block-row
+  // boundaries; a PerTensor tensor takes only all rows here (ranges: the split below).
   virtual void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                                      const Tensor& m, const Tensor& v, const AdamWStep& s,
-                                      const QuantizedStep& qs) = 0;
+                                      const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
+                                      const QuantizedStep& qs, const RowRange& rows = {}) = 0;
   virtual void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                                     const Tensor& m, const SgdmStep& s,
-                                     const QuantizedStep& qs) = 0;
+                                     const Tensor& m, const SgdmCoeffs& c,
+                                     const QuantizedStep& qs, const RowRange& rows = {}) = 0;
+  // The split update of a PerTensor-scaled parameter over row ranges (TensorScaleSplit): pass 1
+  // of every range (moments stored; returns the old scale and the range's absmax |theta|), the
+  // caller combines the ranges' results (combine(); across ranks: an all_reduce(max)), then
+  // pass 2 of every range with the combined split (codes, ECO's injection, the new scale).
+  // Every range's pass 1 must run before any range's pass 2.
+  virtual TensorScaleSplit quantized_adamw_tensor_absmax(QTensor& q, const Tensor& master,
+                                                         const Tensor& grad, const Tensor& m,
+                                                         const Tensor& v, const AdamWCoeffs& c,
+                                                         const QuantizedStep& qs,
+                                                         const RowRange& rows) = 0;
+  virtual void quantized_adamw_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
+                                             const Tensor& m, const Tensor& v,
+                                             const AdamWCoeffs& c, const QuantizedStep& qs,
+                                             const TensorScaleSplit& split,
+                                             const RowRange& rows) = 0;
+  virtual TensorScaleSplit quantized_sgdm_tensor_absmax(QTensor& q, const Tensor& master,
+                                                        const Tensor& grad, const Tensor& m,
+                                                        const SgdmCoeffs& c,
+                                                        const QuantizedStep& qs,
+                                                        const RowRange& rows) = 0;
+  virtual void quantized_sgdm_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
+                                            const Tensor& m, const SgdmCoeffs& c,
+                                            const QuantizedStep& qs,
+                                            const TensorScaleSplit& split,
+                                            const RowRange& rows) = 0;
 
  protected:
   MemoryLedger ledger_;

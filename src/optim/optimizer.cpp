@@ -34,6 +34,11 @@ void Optimizer::step(double lr, double grad_norm) {
   ParamStore& store = model_.store();
   const Treatment& tr = store.treatment();
   const auto& specs = model_.table().specs;
+  // The step's coefficients, once (AdamW: the bias corrections in double, rounded once to
+  // float); each parameter gets them with its own weight decay.
+  const AdamWCoeffs adamw = adamw_coeffs(float(lr), float(cfg_.beta1), float(cfg_.beta2),
+                                         float(cfg_.eps), 0.0f, grad_scale, t_);
+  const SgdmCoeffs sgdm{float(lr), float(cfg_.beta1), 0.0f, grad_scale};
   // Unquantized parameters are updated together after the loop (one launch on CUDA).
   plain_.clear();
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -46,19 +51,16 @@ void Optimizer::step(double lr, double grad_norm) {
     const QuantizedStep qs{tr.policy, tr.rounding, seed_, uint64_t(t_), uint32_t(i)};
     if (adamw_)
       be.quantized_adamw_update(store.qtensor(i), store.value(i), model_.grad(i), m_[i], v_[i],
-                                {float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps),
-                                 wd, grad_scale, t_},
-                                qs);
+                                with_weight_decay(adamw, wd), qs);
     else
       be.quantized_sgdm_update(store.qtensor(i), store.value(i), model_.grad(i), m_[i],
-                               {float(lr), float(cfg_.beta1), wd, grad_scale}, qs);
+                               with_weight_decay(sgdm, wd), qs);
   }
   if (plain_.empty()) return;
   if (adamw_)
-    be.adamw_update_many(plain_, {float(lr), float(cfg_.beta1), float(cfg_.beta2),
-                                  float(cfg_.eps), 0.0f, grad_scale, t_});
+    be.adamw_update_many(plain_, adamw);
   else
-    be.sgdm_update_many(plain_, {float(lr), float(cfg_.beta1), 0.0f, grad_scale});
+    be.sgdm_update_many(plain_, sgdm);
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {

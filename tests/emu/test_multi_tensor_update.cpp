@@ -1,7 +1,7 @@
 // kernels/cuda/multi_tensor_update.cu (emulated; + the plan of multi_tensor_update.cpp, its
 // tables "uploaded" by the shim's cudaMemcpyAsync): fp32_adamw_update_many /
 // fp32_sgdm_update_many against the per-tensor kernels fp32_adamw_update / fp32_sgdm_update
-// (optimizer_update.cu, emulated) and the CPU loops (adamw_element / sgdm_*), bit for bit over 3
+// (optimizer_update.cu, emulated) and the CPU loops (optimizer_rules.h's AdamWRule / SgdmRule steps), bit for bit over 3
 // steps: params, m, v. Tensors of sizes {0, 1, 3, 768, chunk - 1, chunk, chunk + 1,
 // 3 chunks + 7, 50000} in five groups of buffer misalignments (all aligned, all one float off,
 // only grad, only v, two of four); distinct weight decays; 0xFF gaps between tensors that must
@@ -109,14 +109,7 @@ void run(Tally& tally, bool adamw) {
     plan.build(slices, adamw, nullptr);
     check(plan.chunks() == chunks_expected, "chunks " + std::to_string(plan.chunks()));
     const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f;
-    const eco::AdamWCoeffs ac{lr,
-                              b1,
-                              b2,
-                              1e-8f,
-                              0.0f,
-                              0.5f,
-                              float(1.0 - std::pow(double(b1), double(step))),
-                              float(1.0 - std::pow(double(b2), double(step)))};
+    const eco::AdamWCoeffs ac = eco::adamw_coeffs(lr, b1, b2, 1e-8f, 0.0f, 0.5f, step);
     const eco::SgdmCoeffs sc{0.05f, 0.9f, 0.0f, 0.5f};
     check((adamw ? ec::fp32_adamw_update_many(plan, ac) : ec::fp32_sgdm_update_many(plan, sc)) ==
               cudaSuccess,
@@ -140,10 +133,9 @@ void run(Tally& tally, bool adamw) {
         float& Mo = cm[size_t(l.off[t][2] + i)];
         float& Vo = cv[size_t(l.off[t][3] + i)];
         if (adamw) {
-          W = eco::adamw_element(W, G, Mo, Vo, a);
+          W = eco::AdamWRule<float>(a).step(W, G, Mo, Vo);
         } else {
-          eco::sgdm_moment(G, Mo, s);
-          W = eco::sgdm_theta(W, Mo, s);
+          W = eco::SgdmRule<float>(s).step(W, G, Mo);
         }
       }
     }

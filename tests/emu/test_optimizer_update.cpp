@@ -3,7 +3,9 @@
 // tests/gpu/test_update_gpu.cu does on a GPU: codes, scales, m, v, master weights over 3 steps,
 // for AdamW / SGDM x master / naive / ECO x RTN / SR (fp32 state; bf16 once), buffers aligned and
 // one element off, 0xFF guard bands around every buffer and NaN past the scratch. A subset of the
-// formats x granularities x kernels x ragged widths, sized to run in CI on two cores.
+// formats x granularities x kernels x ragged widths, sized to run in CI on two cores. And the
+// row-range update (RowRange; per-tensor scales: the split absmax / finish) against the CPU
+// driver's whole-tensor update, on a few representative cases.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,7 +16,7 @@
 #include "emu_common.h"
 #include "kernels/cuda/optimizer_update.cuh"
 #include "model/backend.h"
-#include "optim/quantized_update.h"
+#include "kernels/cpu/quantized_update.h"
 #include "quant/qtensor.h"
 
 namespace {
@@ -74,13 +76,13 @@ void run_case(emuh::Tally& tally, bool adamw, UpdatePolicy policy, Rounding roun
     cudaError_t e;
     if (adamw) {
       const int64_t t = bias_step > 0 ? bias_step : step;
-      const AdamWCoeffs c = adamw_coeffs({5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t});
-      quantized_update_matrix(AdamWRule{c}, fq, policy, hb, scales.data(), rows, cols, gran);
+      const AdamWCoeffs c = adamw_coeffs(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t);
+      quantized_update_matrix(AdamWRule<>{c}, fq, policy, hb, scales.data(), rows, cols, gran);
       e = cuda::quantized_adamw_update(c, fq, policy, db, d_scales.data(), rows, cols, gran,
                                        scratch.data(), nullptr, kernel);
     } else {
-      const SgdmCoeffs c = sgdm_coeffs({0.05f, 0.9f, 0.1f, 0.7f});
-      quantized_update_matrix(SgdmRule{c}, fq, policy, hb, scales.data(), rows, cols, gran);
+      const SgdmCoeffs c{0.05f, 0.9f, 0.1f, 0.7f};
+      quantized_update_matrix(SgdmRule<>{c}, fq, policy, hb, scales.data(), rows, cols, gran);
       e = cuda::quantized_sgdm_update(c, fq, policy, db, d_scales.data(), rows, cols, gran,
                                       scratch.data(), nullptr, kernel);
     }
@@ -146,6 +148,83 @@ int all_variants(QFormat format, Granularity gran, const Shapes& shapes, GroupKe
   return tally.cases;
 }
 
+// One step of the emulated kernels over the ranges [cuts[k], cuts[k + 1]) one after the other
+// (PerTensor: every range's absmax, the splits combined on the host, every range's finish)
+// against one whole-tensor step of the CPU driver: codes, scales, m, v, master bit for bit.
+void run_ranges_case(emuh::Tally& tally, bool adamw, UpdatePolicy policy, Rounding rounding,
+                     QFormat format, Granularity gran, int64_t rows, int64_t cols,
+                     GroupKernel kernel, const std::vector<int64_t>& cuts) {
+  ++tally.cases;
+  const int64_t n = rows * cols;
+  const uint64_t seed = 31 * uint64_t(n) + uint64_t(gran);
+  std::vector<float> w = emuh::randn(size_t(n), seed, 0.05f);
+  std::vector<uint8_t> codes(size_t(code_bytes(format, n)));
+  std::vector<float> scales(size_t(num_scales(gran, rows, cols)));
+  QTensor q = qtensor_view(format, gran, rows, cols, codes.data(), scales.data());
+  quantize(w.data(), q, Rounding::RTN, seed, 0, 3);
+  std::vector<float> m = emuh::randn(size_t(n), seed + 1, 1e-3f), v = emuh::randn(size_t(n), seed + 2, 1e-3f);
+  for (auto& x : v) x *= x;
+  const std::vector<float> grad = emuh::randn(size_t(n), seed + 3, 0.01f);
+  const std::vector<uint8_t> codes0 = codes;
+  // The device copies start from the same state.
+  std::vector<uint8_t> d_codes = codes;
+  std::vector<float> d_scales = scales, d_master = w, d_m = m, d_v = v;
+  std::vector<float> scratch(size_t(cuda::quantized_update_scratch_floats(rows, cols, format, gran)) + 2);
+  const FormatQuantizer fq{format, rounding, 4242, 5, 9};
+  const QuantizedUpdateBuffers<float, float> hb{codes.data(), w.data(), grad.data(), m.data(),
+                                                adamw ? v.data() : nullptr};
+  const QuantizedUpdateBuffers<float, float> db{d_codes.data(), d_master.data(), grad.data(),
+                                                d_m.data(), adamw ? d_v.data() : nullptr};
+  const AdamWCoeffs ac = adamw_coeffs(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, 3);
+  const SgdmCoeffs sc{0.05f, 0.9f, 0.1f, 0.7f};
+  if (adamw) quantized_update_matrix(AdamWRule<>{ac}, fq, policy, hb, scales.data(), rows, cols, gran);
+  else quantized_update_matrix(SgdmRule<>{sc}, fq, policy, hb, scales.data(), rows, cols, gran);
+  std::string bad;
+  auto range = [&](size_t k) { return RowRange{cuts[k], cuts[k + 1], cuts[k] * cols}; };
+  auto check = [&](cudaError_t e) {
+    if (e != cudaSuccess) bad += " launch-error";
+  };
+  if (gran != Granularity::PerTensor) {
+    for (size_t k = 0; k + 1 < cuts.size(); ++k)
+      check(adamw ? cuda::quantized_adamw_update(ac, fq, policy, db, d_scales.data(), rows, cols, gran,
+                                                 scratch.data(), nullptr, kernel, range(k))
+                  : cuda::quantized_sgdm_update(sc, fq, policy, db, d_scales.data(), rows, cols, gran,
+                                                scratch.data(), nullptr, kernel, range(k)));
+  } else {
+    TensorScaleSplit split{0.0f, 0.0f};
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      check(adamw ? cuda::quantized_adamw_tensor_absmax(ac, fq, policy, db, d_scales.data(), rows, cols,
+                                                        range(k), scratch.data())
+                  : cuda::quantized_sgdm_tensor_absmax(sc, fq, policy, db, d_scales.data(), rows, cols,
+                                                       range(k), scratch.data()));
+      const TensorScaleSplit part{scratch[0], scratch[1]};
+      split = k == 0 ? part : combine(split, part);
+    }
+    const std::vector<float> combined{split.old_scale, split.absmax};
+    for (size_t k = 0; k + 1 < cuts.size(); ++k)
+      check(adamw ? cuda::quantized_adamw_tensor_finish(ac, fq, policy, db, d_scales.data(), rows, cols,
+                                                        range(k), combined.data())
+                  : cuda::quantized_sgdm_tensor_finish(sc, fq, policy, db, d_scales.data(), rows, cols,
+                                                       range(k), combined.data()));
+  }
+  long first = -1;
+  auto diff = [&](const char* what, long k) {
+    if (k) bad += std::string(" ") + what + "(" + std::to_string(k) + " differ, first " + std::to_string(first) + ")";
+  };
+  diff("codes", emuh::differ(d_codes, codes, &first));
+  diff("scales", emuh::differ(d_scales, scales, &first));
+  diff("m", emuh::differ(d_m, m, &first));
+  diff("v", emuh::differ(d_v, v, &first));
+  diff("master", emuh::differ(d_master, w, &first));
+  if (codes == codes0) bad += " no-code-moved";
+  if (!bad.empty())
+    tally.fail(std::string(adamw ? "adamw" : "sgdm") + " policy " + std::to_string(int(policy)) +
+               (rounding == Rounding::SR ? " sr " : " rtn ") + qformat_name(format) + " " +
+               granularity_name(gran) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+               " kernel " + std::to_string(int(kernel)) + " ranges " + std::to_string(cuts.size() - 1) +
+               ":" + bad);
+}
+
 constexpr GroupKernel kRowKernels[] = {GroupKernel::TwoPass, GroupKernel::Registers4,
                                        GroupKernel::Registers8, GroupKernel::Registers16};
 
@@ -208,4 +287,23 @@ TEST(EmuQuantizedUpdate, LateStepMatchesCpuDriver) {
       0);
   EXPECT_GT(
       all_variants(QFormat::E4M3, Granularity::PerTensor, {{7, 33}}, GroupKernel::Auto, 100000), 0);
+}
+
+// Row ranges: the register and two-pass row kernels (33 cols: ranges start mid draw group),
+// Block128 on block-row boundaries, and the per-tensor split over INT4 with odd cols (ranges
+// cut packed bytes); ECO and Master, SR.
+TEST(EmuQuantizedUpdate, RowRangesMatchTheWholeTensorUpdate) {
+  emuh::Tally tally;
+  for (bool adamw : {true, false})
+    for (auto policy : {UpdatePolicy::Master, UpdatePolicy::Eco}) {
+      run_ranges_case(tally, adamw, policy, Rounding::SR, QFormat::E4M3, Granularity::PerRow, 9, 36,
+                      GroupKernel::Auto, {0, 2, 3, 9});
+      run_ranges_case(tally, adamw, policy, Rounding::SR, QFormat::E4M3, Granularity::PerRow, 7, 33,
+                      GroupKernel::TwoPass, {0, 1, 7});
+      run_ranges_case(tally, adamw, policy, Rounding::SR, QFormat::E4M3, Granularity::Block128, 130, 20,
+                      GroupKernel::Auto, {0, 128, 130});
+      run_ranges_case(tally, adamw, policy, Rounding::SR, QFormat::INT4, Granularity::PerTensor, 7, 33,
+                      GroupKernel::Auto, {0, 3, 4, 7});
+    }
+  EXPECT_GT(tally.cases, 0);
 }

@@ -105,15 +105,15 @@ void check(bool adamw) {
   }
   for (int step = 1; step <= 3; ++step) {
     if (adamw) {
-      const AdamWStep st{1e-3f * float(step), 0.9f, 0.95f, 1e-8f, 0.5f /*replaced*/, 0.7f, step};
+      const AdamWCoeffs st = adamw_coeffs(1e-3f * float(step), 0.9f, 0.95f, 1e-8f, 0.5f /*replaced*/, 0.7f, step);
       cpu->adamw_update_many(host, st);
       plan.build(slices, true, nullptr);
-      ECO_CHECK_CUDA(cuda::fp32_adamw_update_many(plan, adamw_coeffs(st)));
+      ECO_CHECK_CUDA(cuda::fp32_adamw_update_many(plan, st));
     } else {
-      const SgdmStep st{0.05f * float(step), 0.9f, 0.5f /*replaced*/, 0.8f};
+      const SgdmCoeffs st{0.05f * float(step), 0.9f, 0.5f /*replaced*/, 0.8f};
       cpu->sgdm_update_many(host, st);
       plan.build(slices, false, nullptr);
-      ECO_CHECK_CUDA(cuda::fp32_sgdm_update_many(plan, sgdm_coeffs(st)));
+      ECO_CHECK_CUDA(cuda::fp32_sgdm_update_many(plan, st));
     }
   }
   ECO_CHECK_CUDA(cudaDeviceSynchronize());

@@ -1,6 +1,6 @@
 // GPU tests: the fused quantized-weight updates (kernels/cuda/optimizer_update.cuh) against the
 // CPU backend, whose quantized_*_update runs the CPU driver quantized_update_matrix
-// (src/optim/quantized_update.h), and the plain fp32 AdamW / SGDM against the CPU backend's
+// (kernels/cpu/quantized_update.h), and the plain fp32 AdamW / SGDM against the CPU backend's
 // loops. Tolerance 0: both backends run the same kernels/common element math with the same
 // rounding (--fmad=false, -ffp-contract=off) and the same Philox draws, so every code, scale,
 // moment and master weight must carry the same bits, step after step.
@@ -35,8 +35,8 @@ using gputest::randn;
 using gputest::to_device;
 using gputest::to_host;
 
-// AdamWStep -> AdamWCoeffs and SgdmStep -> SgdmCoeffs: adamw_coeffs / sgdm_coeffs from
-// model/backend.h, which both backends use (bias corrections in double, rounded once).
+// The coefficients both backends take: adamw_coeffs (kernels/common/optimizer_rules.h; bias
+// corrections in double, rounded once), as the optimizer builds them.
 
 // Every element's bits equal; on failure names the first differing index and how many differ.
 template <class T>
@@ -109,7 +109,7 @@ struct UpdateCase {
   GroupKernel kernel = GroupKernel::Auto;
   size_t offset = 0;  // elements between each buffer's aligned start and the data
   // > 0: AdamW's bias corrections are those of this step (at 100000 both are 1, which the
-  // E4M3 Eco register kernels skip: AdamWTerms::unbiased), else those of the update's own step.
+  // E4M3 Eco register kernels skip: AdamWRule::unbiased()), else those of the update's own step.
   int64_t bias_step = 0;
 };
 
@@ -174,15 +174,15 @@ void expect_update_matches_cpu(const UpdateCase& k) {
                                              d_m.data(), d_v.data()};
     if (k.adamw) {
       const int64_t t = k.bias_step > 0 ? k.bias_step : step;
-      const AdamWStep st{5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t};
+      const AdamWCoeffs st = adamw_coeffs(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t);
       cpu->quantized_adamw_update(q, master_t, grad_t, m_t, v_t, st, qs);
-      ECO_CHECK_CUDA(cuda::quantized_adamw_update(adamw_coeffs(st), fq, k.policy, b,
+      ECO_CHECK_CUDA(cuda::quantized_adamw_update(st, fq, k.policy, b,
                                                   d_scales.data(), k.rows, k.cols, k.granularity,
                                                   d_scratch.data(), nullptr, k.kernel));
     } else {
-      const SgdmStep st{0.05f, 0.9f, 0.1f, 0.7f};
+      const SgdmCoeffs st{0.05f, 0.9f, 0.1f, 0.7f};
       cpu->quantized_sgdm_update(q, master_t, grad_t, m_t, st, qs);
-      ECO_CHECK_CUDA(cuda::quantized_sgdm_update(sgdm_coeffs(st), fq, k.policy, b,
+      ECO_CHECK_CUDA(cuda::quantized_sgdm_update(st, fq, k.policy, b,
                                                  d_scales.data(), k.rows, k.cols, k.granularity,
                                                  d_scratch.data(), nullptr, k.kernel));
     }
@@ -325,7 +325,7 @@ TEST(GpuQuantizedUpdate, RejectsInt4RowGroupsWithOddWidth) {
   const QuantizedUpdateBuffers<float> b{codes.get<uint8_t>(), nullptr, grad.get<float>(),
                                         m.get<float>(), v.get<float>()};
   const FormatQuantizer fq{QFormat::INT4, Rounding::RTN, 1, 1, 0};
-  const AdamWCoeffs c = adamw_coeffs({1e-3f, 0.9f, 0.98f, 1e-8f, 0.0f, 1.0f, 1});
+  const AdamWCoeffs c = adamw_coeffs(1e-3f, 0.9f, 0.98f, 1e-8f, 0.0f, 1.0f, 1);
   for (auto g : {Granularity::PerRow, Granularity::Block128})
     EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 2, 31,
                                            g, nullptr),
@@ -361,14 +361,14 @@ TEST(GpuFp32Update, AdamWIsBitIdenticalToCpuBackend) {
       for (auto& x : v) x *= x;
       auto dw = to_device(w), dg = to_device(g), dm = to_device(m), dv = to_device(v);
       for (int64_t t = 1; t <= 3; ++t) {
-        const AdamWStep st{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.8f, t};
+        const AdamWCoeffs st = adamw_coeffs(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.8f, t);
         cpu->adamw_update(Tensor{w.data() + offset, {n}, DType::F32},
                           Tensor{g.data() + offset, {n}, DType::F32},
                           Tensor{m.data() + offset, {n}, DType::F32},
                           Tensor{v.data() + offset, {n}, DType::F32}, n, st);
         ECO_CHECK_CUDA(cuda::fp32_adamw_update(dw.get<float>() + offset, dg.get<float>() + offset,
                                                dm.get<float>() + offset, dv.get<float>() + offset,
-                                               n, adamw_coeffs(st)));
+                                               n, st));
       }
       ECO_CHECK_CUDA(cudaDeviceSynchronize());
       EXPECT_TRUE(same_bits(to_host<float>(dw, len), w)) << "param";
@@ -388,12 +388,12 @@ TEST(GpuFp32Update, SgdmIsBitIdenticalToCpuBackend) {
                          m = randn(len, 83 + n, 1e-3f);
       auto dw = to_device(w), dg = to_device(g), dm = to_device(m);
       for (int t = 1; t <= 3; ++t) {
-        const SgdmStep st{0.05f, 0.9f, 0.1f, 0.8f};
+        const SgdmCoeffs st{0.05f, 0.9f, 0.1f, 0.8f};
         cpu->sgdm_update(Tensor{w.data() + offset, {n}, DType::F32},
                          Tensor{g.data() + offset, {n}, DType::F32},
                          Tensor{m.data() + offset, {n}, DType::F32}, n, st);
         ECO_CHECK_CUDA(cuda::fp32_sgdm_update(dw.get<float>() + offset, dg.get<float>() + offset,
-                                              dm.get<float>() + offset, n, sgdm_coeffs(st)));
+                                              dm.get<float>() + offset, n, st));
       }
       ECO_CHECK_CUDA(cudaDeviceSynchronize());
       EXPECT_TRUE(same_bits(to_host<float>(dw, len), w)) << "param";

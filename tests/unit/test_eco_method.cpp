@@ -15,7 +15,7 @@
 #include "core/rng.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/eco_update.h"
-#include "optim/quantized_update.h"
+#include "kernels/cpu/quantized_update.h"
 
 #if __has_include(<cuda_bf16.h>)
 #include <cuda_bf16.h>
@@ -205,14 +205,14 @@ double exact_rule_max_deviation(const NoisyQuadratic& f, const GridQuantizer& q,
     const SgdmCoeffs c = coeffs(t);
     const std::vector<double> gm = f.grad(quantize(q, x, t), t);
     for (int i = 0; i < n; ++i) {
-      eco::sgdm_moment(gm[i], mm[i], c);
-      x[i] = eco::sgdm_theta(x[i], mm[i], c);
+      eco::SgdmRule<double>(c).moment(gm[i], mm[i]);
+      x[i] = eco::SgdmRule<double>(c).theta(x[i], mm[i]);
     }
     const std::vector<double> g = f.grad(w, t);
     std::vector<double> theta(n);
     for (int i = 0; i < n; ++i) {
-      eco::sgdm_moment(g[i], mt[i], c);
-      theta[i] = eco::sgdm_theta(w[i], mt[i], c);
+      eco::SgdmRule<double>(c).moment(g[i], mt[i]);
+      theta[i] = eco::SgdmRule<double>(c).theta(w[i], mt[i]);
     }
     const std::vector<double> wn = quantize(q, theta, t + 1);
     const double l1 = next_lr ? lr(t + 1) : lr(t);
@@ -267,12 +267,12 @@ TEST(EcoSgdm, VirtualSequenceFollowsPlainSgd) {
     const std::vector<double> g = f.grad(w, t);
     std::vector<double> theta(n);
     for (int i = 0; i < n; ++i) {
-      eco::sgdm_moment(g[i], m[i], c);
-      theta[i] = eco::sgdm_theta(w[i], m[i], c);
+      eco::SgdmRule<double>(c).moment(g[i], m[i]);
+      theta[i] = eco::SgdmRule<double>(c).theta(w[i], m[i]);
     }
     w = quantize(q, theta, t + 1);
     for (int i = 0; i < n; ++i) {
-      m[i] = eco::sgdm_inject(m[i], theta[i] - w[i], c);
+      m[i] = eco::SgdmRule<double>(c).inject(m[i], 0.0, theta[i] - w[i]);
       y[i] -= lr * g[i];
       worst = std::max(worst, std::fabs((w[i] - k * m[i]) - y[i]) / (1 + std::fabs(y[i])));
     }
@@ -301,11 +301,11 @@ TEST(EcoSgdm, RoundToNearestFreezesAWeightFiveGridStepsFromItsVirtualIterate) {
     q.seed = seed;
     double w = 0, m = m0;
     for (int t = 0; t < steps; ++t) {
-      eco::sgdm_moment(0.0, m, c);
-      const double theta = eco::sgdm_theta(w, m, c);
+      eco::SgdmRule<double>(c).moment(0.0, m);
+      const double theta = eco::SgdmRule<double>(c).theta(w, m);
       q.step = uint64_t(t);
       w = q.index(theta, 0);  // step 1: the grid index is the value
-      m = eco::sgdm_inject(m, theta - w, c);
+      m = eco::SgdmRule<double>(c).inject(m, 0.0, theta - w);
     }
     return std::pair{w, w - k * m};  // the weight and the virtual iterate
   };
@@ -321,8 +321,8 @@ TEST(EcoSgdm, RoundToNearestFreezesAWeightFiveGridStepsFromItsVirtualIterate) {
   // ends at 4 or 5 (4.5 - tiny: 4).
   double x = 0, m = m0;
   for (int t = 0; t < 2000; ++t) {
-    eco::sgdm_moment(0.0, m, c);
-    x = eco::sgdm_theta(x, m, c);
+    eco::SgdmRule<double>(c).moment(0.0, m);
+    x = eco::SgdmRule<double>(c).theta(x, m);
   }
   EXPECT_NEAR(x, lag, 1e-9);
   // ECO with SR: the weight's mean over 4000 seeds reaches the virtual iterate (E[e] = 0, so
@@ -675,7 +675,7 @@ TEST(EcoGroupUpdateBuffers, WritesOnlyItsGroupsCodesScaleAndMoments) {
       ++inside;
       code_changes += t.codes[i] != before.codes[i];
       float m = before.m[i], v = before.v[i];
-      eco::adamw_moments(before.grad[i], m, v, st.adamw);
+      eco::AdamWRule<float>(st.adamw).moments(before.grad[i], m, v);
       ASSERT_EQ(t.v[i], v);
       if (policy != UpdatePolicy::Eco) { ASSERT_EQ(t.m[i], m); }
     }

@@ -16,7 +16,7 @@
 #include "core/rng.h"
 #include "kernels/common/eco_update.h"
 #include "kernels/common/format_quantizer.h"
-#include "optim/quantized_update.h"
+#include "kernels/cpu/quantized_update.h"
 
 namespace {
 
@@ -141,8 +141,8 @@ void expect_all_rules_and_policies(const eco::AdamWCoeffs& adamw, const eco::Sgd
   for (QFormat format : {QFormat::E4M3, QFormat::E5M2, QFormat::INT8, QFormat::INT4})
     for (Rounding rounding : {Rounding::RTN, Rounding::SR})
       for (UpdatePolicy policy : {UpdatePolicy::Master, UpdatePolicy::Naive, UpdatePolicy::Eco}) {
-        expect_same_bits<eco::AdamWRule, S>(eco::AdamWRule{adamw}, format, rounding, policy);
-        expect_same_bits<eco::SgdmRule, S>(eco::SgdmRule{sgdm}, format, rounding, policy);
+        expect_same_bits<eco::AdamWRule<>, S>(eco::AdamWRule{adamw}, format, rounding, policy);
+        expect_same_bits<eco::SgdmRule<>, S>(eco::SgdmRule{sgdm}, format, rounding, policy);
       }
 }
 
@@ -161,8 +161,8 @@ TEST(EcoUpdateInRegisters, ZeroLearningRateWritesTheDriversBits) {
   adamw.lr = 0.0f;
   sgdm.lr = 0.0f;
   for (UpdatePolicy policy : {UpdatePolicy::Naive, UpdatePolicy::Eco}) {
-    expect_same_bits<eco::AdamWRule, float>(eco::AdamWRule{adamw}, QFormat::E4M3, Rounding::SR, policy, false);
-    expect_same_bits<eco::SgdmRule, float>(eco::SgdmRule{sgdm}, QFormat::E4M3, Rounding::SR, policy, false);
+    expect_same_bits<eco::AdamWRule<>, float>(eco::AdamWRule{adamw}, QFormat::E4M3, Rounding::SR, policy, false);
+    expect_same_bits<eco::SgdmRule<>, float>(eco::SgdmRule{sgdm}, QFormat::E4M3, Rounding::SR, policy, false);
   }
 }
 
