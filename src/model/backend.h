@@ -10,14 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/memory_ledger.h"
 #include "core/tensor.h"
 #include "kernels/common/adamw.h"
+#include "core/qtensor.h"
+#include "core/treatment.h"
 #include "kernels/common/bf16.h"
-#include "kernels/common/cuda_workspaces.h"
-#include "quant/treatment.h"
 
 namespace eco {
+
+// The largest shapes a model runs, reported once by the Transformer (Backend::reserve_workspaces).
+struct WorkspaceShapes {
+  int64_t tokens = 0;             // B * T rows of activations
+  int seq_len = 0, d_model = 0, n_head = 0, vocab = 0;
+  int64_t widest_linear_in = 0;   // the largest C of a block linear's input (d_model or mlp hidden)
+  int64_t widest_linear_out = 0;  // the largest OC of a block linear (3 d_model or the mlp's fc)
+  int64_t largest_weight = 0;     // elements of the largest weight any GEMM reads (the head's)
+  bool fp8_activations = false;   // the forward casts block-linear inputs to E4M3 per row
+};
 
 struct AdamWStep {
   float lr;
@@ -162,7 +173,6 @@ class Backend {
                                int H) = 0;
   virtual void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b,
                                 int64_t n) = 0;
-  virtual void accumulate(const Tensor& dst, const Tensor& src, int64_t n) = 0;
   // The residual add and the norm after it: resid (N, C) = a + b as residual_forward, then out
   // = norm(resid) as layernorm_forward (rms false; mean saved, bias may be empty) or
   // rmsnorm_forward (rms true; mean and bias unused). The default makes the two calls; CUDA
@@ -266,12 +276,12 @@ class ScopedRange {
 std::unique_ptr<Backend> make_cpu_backend(DType dtype = DType::F32);
 // A backend that only records allocations in its ledger (for --plan); no operation may run.
 // device "cuda" plans with the CUDA backend's layouts (bf16 activations, lse attention state).
-std::unique_ptr<Backend> make_planning_backend(const std::string& device = "cpu");
+std::unique_ptr<Backend> make_planning_backend(Device device = Device::Cpu);
 // The CUDA backend (kernels/cuda/cuda_backend.cpp) on the current device. A usage error when
 // this build has no CUDA backend or no CUDA GPU is visible.
 std::unique_ptr<Backend> make_cuda_backend();
 // The backend for a config's `device` (cpu: fp32 reference; cuda: make_cuda_backend).
-std::unique_ptr<Backend> make_backend(const std::string& device);
+std::unique_ptr<Backend> make_backend(Device device);
 
 // A F32, F64 or BF16 tensor copied to the host as floats (logits for sampling, tests).
 inline std::vector<float> to_host_floats(Backend& be, const Tensor& t) {

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/common/eco_update.h"
-#include "quant/qtensor.h"
+#include "core/qtensor.h"
 
 namespace eco {
 

@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "kernels/common/cuda_workspaces.h"
+#include "kernels/cuda/workspace_plan.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 
@@ -83,14 +83,14 @@ Trainer::Trainer(const Config& cfg) : cfg_(cfg) {
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   backend_ = make_backend(cfg_.device);
   model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
-                                         treatment_from_name(cfg_.precision.treatment));
+                                         cfg_.precision.treatment);
   opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed);
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,
                    cfg_.train.seed, cfg_.data.shuffle};
   LoaderOptions vo = lo;
   vo.shuffle = false;
-  if (cfg_.data.source == "synthetic") {
+  if (cfg_.data.source == DataSource::Synthetic) {
     train_data_.emplace(DataLoader::synthetic(0, lo));
     val_data_.emplace(DataLoader::synthetic(1, vo));
   } else {
@@ -114,7 +114,7 @@ Trainer::Trainer(const Config& cfg) : cfg_(cfg) {
 Trainer::~Trainer() = default;
 
 std::string Trainer::decode(const int32_t* tokens, size_t n) const {
-  if (cfg_.data.source == "synthetic") return SyntheticCorpus::render(tokens, n);
+  if (cfg_.data.source == DataSource::Synthetic) return SyntheticCorpus::render(tokens, n);
   if (decode_table_) return decode_table_->decode(tokens, n);
   std::string s;
   for (size_t i = 0; i < n; ++i) s += fmt::format("{}{}", i ? " " : "", tokens[i]);
@@ -399,7 +399,7 @@ int Trainer::run(const RunOptions& opts) {
 std::string plan_report(const Config& cfg) {
   auto be = make_planning_backend(cfg.device);
   Transformer model(cfg.model, *be, cfg.train.batch_size,
-                    treatment_from_name(cfg.precision.treatment));
+                    cfg.precision.treatment);
   Optimizer opt(cfg.optim, model);
   const auto& ledger = be->ledger();
   const int64_t q = model.table().count_quantizable();
@@ -413,7 +413,7 @@ std::string plan_report(const Config& cfg) {
                      double(ledger.static_bytes_quantizable()) / double(q), q);
   // What the CUDA plan (an sm_90 plan) cannot know: the GPU found at run time.
   const cuda_ws::Reservation r = cuda_ws::reservation(model.workspace_shapes());
-  if (cfg.device == "cuda" && r.fp8_accumulator_sm89)
+  if (cfg.device == Device::Cuda && r.fp8_accumulator_sm89)
     s += fmt::format(
         "on sm_89 GPUs the FP8 forward also reserves an fp32 accumulator of {:.1f} MiB "
         "(workspace, not in the table above)\n",

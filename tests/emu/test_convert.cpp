@@ -21,7 +21,7 @@
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/quantize.cuh"
 #include "model/backend.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "kernels/cuda/optimizer_update.cuh"
 #include "model/backend.h"
 #include "optim/quantized_update.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 #include "emu_common.h"
 #include "kernels/cuda/quantize.cuh"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 using namespace eco;
 

@@ -10,7 +10,7 @@
 #include "model/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
-#include "quant/treatment.h"
+#include "core/treatment.h"
 
 namespace eco {
 

@@ -62,7 +62,7 @@ TEST(Device, CudaPlanHasBf16ActivationsAndTheSameStaticMemory) {
 }
 
 // The CUDA plan includes the CUDA backend's workspaces for the model's shapes, recomputed here
-// from their definitions (kernels/common/cuda_workspaces.h documents them): GPT-2's shape, whose
+// from their definitions (kernels/cuda/workspace_plan.h documents them): GPT-2's shape, whose
 // vocabulary (50257) gets padded logits rows and a padded bf16 head weight, under an FP8
 // treatment; none on the CPU.
 TEST(Device, CudaPlanReservesTheCudaWorkspacesOfTheModelShapes) {

@@ -10,7 +10,7 @@
 
 #include "core/rng.h"
 #include "kernels/common/philox.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace {
 

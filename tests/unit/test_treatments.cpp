@@ -10,7 +10,7 @@
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
-#include "quant/treatment.h"
+#include "core/treatment.h"
 #include "train/trainer.h"
 
 namespace eco {
