@@ -21,7 +21,7 @@
 #include "kernels/cpu/blas_runtime.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
-#include "quant/treatment.h"
+#include "core/treatment.h"
 #include "tools/cpu_ceiling.h"
 
 namespace {
@@ -69,7 +69,7 @@ int run(int argc, char** argv) {
   const auto& m = cfg.model;
   const int B = cfg.train.batch_size, T = m.seq_len;
   auto be = eco::make_backend(cfg.device);
-  eco::Transformer model(m, *be, B, eco::treatment_from_name(cfg.precision.treatment));
+  eco::Transformer model(m, *be, B, cfg.precision.treatment);
   eco::Optimizer opt(cfg.optim, model, cfg.train.seed);
   model.init_weights(cfg.train.seed);
   eco::Rng rng(cfg.train.seed);
@@ -79,10 +79,10 @@ int run(int argc, char** argv) {
 
   std::printf("eco-bench: %s  (%s, %d layers, d %d, %d heads, vocab %d, B %d, T %d, %lld params, "
               "%s backend, %s, %d threads)\n",
-              path.c_str(), m.family.c_str(), m.n_layer, m.d_model, m.n_head, m.vocab_size, B, T,
+              path.c_str(), eco::enum_name(m.family), m.n_layer, m.d_model, m.n_head, m.vocab_size, B, T,
               (long long)model.table().total, be->name().c_str(),
-              cfg.precision.treatment.c_str(), omp_get_max_threads());
-  if (cfg.device != "cuda") std::printf("BLAS: %s\n", eco::cpu::blas_summary_line().c_str());
+              cfg.precision.treatment.name.c_str(), omp_get_max_threads());
+  if (cfg.device != eco::Device::Cuda) std::printf("BLAS: %s\n", eco::cpu::blas_summary_line().c_str());
   std::vector<double> ms;
   for (int s = 0; s < warmup + steps; ++s) {
     const auto t0 = clock_type::now();
@@ -105,7 +105,7 @@ int run(int argc, char** argv) {
   std::printf("%-34s %12.1f\n", "median ms/step", med);
   std::printf("%-34s %12.1f\n", "tokens/s", tokens / (med / 1000.0));
   std::printf("%-34s %12.1f\n", "achieved GFLOP/s", achieved);
-  if (cfg.device == "cuda") {
+  if (cfg.device == eco::Device::Cuda) {
     constexpr double kPeakGflops = 989e3;  // H100/H200 SXM dense bf16, datasheet
     std::printf("%-34s %12.3f\n", "MFU (of 989 TFLOP/s bf16)", achieved / kPeakGflops);
     return 0;

@@ -27,7 +27,7 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "kernels/common/cuda_workspaces.h"
+#include "kernels/cuda/workspace_plan.h"
 #include "kernels/cuda/gemm.h"
 
 namespace eco::cuda {
@@ -98,7 +98,7 @@ bool attention_gemm_supported(int B, int T, int C, int NH,
   return true;
 }
 
-// The formulas live in kernels/common/cuda_workspaces.h, shared with the --plan planner.
+// The formulas live in kernels/cuda/workspace_plan.h, shared with the --plan planner.
 int64_t attention_gemm_ld(int T) { return cuda_ws::attention_ld(T); }
 
 size_t attention_gemm_scratch_bytes(int T, int NH) { return cuda_ws::attention_scores_bytes(T, NH); }

@@ -43,6 +43,7 @@
 #include "kernels/cuda/quantize.cuh"
 #include "kernels/cuda/reductions.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/workspace_plan.h"
 #include "model/backend.h"
 
 namespace eco {
@@ -95,7 +96,7 @@ class CudaBackend final : public Backend {
   CudaBackend()
       : stream_(make_stream()),
         attention_request_(parse_cuda_attention(std::getenv("ECO_CUDA_ATTENTION"))) {
-    ledger_.record("cublaslt workspace", MemCategory::Workspace,
+    ledger_.record(cuda_ws::kCublasLtWorkspaceName, MemCategory::Workspace,
                    cuda::GemmEngine::kWorkspaceBytes);
     const size_t ss_bytes = sizeof(double) * (cuda::kSumSquaresScratch + 1);
     sum_squares_ = alloc_raw("sum_squares scratch", ss_bytes);
@@ -105,17 +106,16 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   DType dtype() const override { return DType::F32; }
-  DType act_dtype() const override { return DType::BF16; }
+  DType act_dtype() const override { return cuda_ws::kActivationDType; }
   // weight_bf16 converts every fp32 weight with RNE before the GEMMs.
   bool gemm_rounds_weights_to_bf16() const override { return true; }
   void reserve_workspaces(const WorkspaceShapes& shapes) override {
     const cuda_ws::Reservation r = cuda_ws::reservation(shapes);
     // The GEMM path's score scratch, unless the mma path takes the model's attention shapes.
     if (r.attention_scores &&
-        choose_cuda_attention(attention_request_,
-                              cuda::attention_mma_supported(1, shapes.seq_len, shapes.d_model,
-                                                            shapes.n_head, {}),
-                              true) == CudaAttention::Gemm)
+        cuda_ws::reserves_attention_scores(
+            attention_request_, cuda::attention_mma_supported(1, shapes.seq_len, shapes.d_model,
+                                                              shapes.n_head, {})))
       attention_scores(r.attention_scores);
     if (r.weight_bf16) weight_bf16_.get<bf16>(r.weight_bf16 / sizeof(bf16), s(), ledger_);
     if (r.fp8_activations) fp8_act_.get<uint8_t>(r.fp8_activations, s(), ledger_);
@@ -131,11 +131,9 @@ class CudaBackend final : public Backend {
       ledger_.record("FP8 GEMM fp32 accumulator (sm_89)", MemCategory::Workspace,
                      gemm_.reserve_fp8_accumulator(r.fp8_accumulator_sm89 / sizeof(float)));
   }
-  int logits_stride(int V, int C) const override {
-    return cuda_ws::pads_output_channels(C, V) ? cuda_ws::padded_channels(V) : V;
-  }
+  int logits_stride(int V, int C) const override { return cuda_ws::logits_stride(V, C); }
   std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
-    return {B, NH, Tn};
+    return cuda_ws::attention_state_shape(B, NH, Tn);
   }
   void synchronize() override { ECO_CHECK_CUDA(cudaStreamSynchronize(s())); }
 
@@ -344,10 +342,6 @@ class CudaBackend final : public Backend {
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, int64_t n) override {
     ECO_OP("residual_forward");
     ECO_CHECK_CUDA(cuda::residual_forward(bf(out), bf(a), bf(b), n, s()));
-  }
-  void accumulate(const Tensor& dst, const Tensor& src, int64_t n) override {
-    ECO_OP("accumulate");
-    ECO_CHECK_CUDA(cuda::accumulate(bf(dst), bf(src), n, s()));
   }
   void residual_norm_forward(const Tensor& resid, const Tensor& out, const Tensor& mean,
                              const Tensor& rstd, const Tensor& a, const Tensor& b, const Tensor& w,
@@ -731,10 +725,10 @@ class CudaBackend final : public Backend {
   std::vector<DeviceBuffer> buffers_;
   void* sum_squares_ = nullptr;  // 1 + kSumSquaresScratch doubles: the result, then the partials
   GrowingScratch scratch_f32_{"cuda scratch (fp32)", sizeof(float)};
-  GrowingScratch weight_bf16_{"bf16 weight for the GEMMs", sizeof(bf16)};
-  GrowingScratch fp8_act_{"FP8 activation codes + scales", 1};
+  GrowingScratch weight_bf16_{cuda_ws::kWeightBf16Name, sizeof(bf16)};
+  GrowingScratch fp8_act_{cuda_ws::kFp8ActivationsName, 1};
   cuda::MultiTensorPlan adamw_plan_, sgdm_plan_;  // device tables of the plain updates
-  GrowingScratch attention_scores_{"attention scores (GEMM path)", 1};
+  GrowingScratch attention_scores_{cuda_ws::kAttentionScoresName, 1};
 };
 
 }  // namespace

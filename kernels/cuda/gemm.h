@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "kernels/common/cuda_workspaces.h"
+#include "kernels/cuda/workspace_plan.h"
 #include "kernels/common/scale_groups.h"
 
 namespace eco::cuda {

@@ -14,7 +14,7 @@ namespace eco::cuda {
 
 // x (rows, cols) fp32 row-major -> codes (code_bytes(format, rows * cols) bytes, row-major;
 // INT4 two per byte, even element in the low nibble) and scales (rows) fp32.
-// Bit-identical to eco::quantize (src/quant/qtensor.h) on a PerRow QTensor with the same
+// Bit-identical to eco::quantize (kernels/cpu/quantize.h) on a PerRow QTensor with the same
 // rounding, seed, step and tensor_id: same absmax (fmaxf), group_scale, IEEE division and
 // Philox draws (philox_bits(seed, step, tensor_id, row * cols + col)).
 // Launch assumptions, checked here (cudaErrorInvalidValue otherwise): rows >= 0, cols >= 1,
@@ -26,7 +26,7 @@ cudaError_t quantize_rows(const float* x, uint8_t* codes, float* scales, int64_t
                           uint64_t step, uint32_t tensor_id, cudaStream_t s = nullptr);
 
 // Any granularity: x (rows, cols) fp32 -> codes + scales (scale_group_count(granularity, rows,
-// cols)), bit-identical to eco::quantize (src/quant/qtensor.h) with the same arguments.
+// cols)), bit-identical to eco::quantize (kernels/cpu/quantize.h) with the same arguments.
 // PerRow runs quantize_rows (so INT4 needs even cols there); PerTensor reduces per-row maxima
 // (scratch: quantize_scratch_floats floats) into one scale; Block128 one block per 128x128 tile.
 // The codes are then written one byte per thread (INT4: both nibbles, whichever rows or groups

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "quant/treatment.h"
+#include "core/treatment.h"
 
 namespace eco {
 namespace {
@@ -21,6 +21,41 @@ const char* kind_name(const YAML::Node& n) {
     case YAML::NodeType::Null: return "null";
     default: return "a scalar";
   }
+}
+
+// The config names of an enum's values, in declaration order.
+template <class E, size_t N>
+struct EnumNames {
+  const char* names[N];
+  const char* operator()(E v) const { return size_t(v) < N ? names[size_t(v)] : "?"; }
+};
+constexpr EnumNames<ModelFamily, 2> kFamilyNames{{"gpt2", "llama"}};
+constexpr EnumNames<NormKind, 2> kNormNames{{"layernorm", "rmsnorm"}};
+constexpr EnumNames<MlpKind, 2> kMlpNames{{"gelu", "swiglu"}};
+constexpr EnumNames<PositionKind, 2> kPositionNames{{"learned", "rope"}};
+constexpr EnumNames<OptimizerKind, 2> kOptimizerNames{{"adamw", "sgdm"}};
+constexpr EnumNames<LrSchedule, 3> kScheduleNames{{"cosine", "linear", "constant"}};
+constexpr EnumNames<StateDType, 2> kStateDTypeNames{{"fp32", "bf16"}};
+constexpr EnumNames<DataSource, 2> kDataSourceNames{{"shards", "synthetic"}};
+constexpr EnumNames<Device, 2> kDeviceNames{{"cpu", "cuda"}};
+
+// "'a' or 'b'", "'a', 'b' or 'c'": the valid values in a message.
+template <class E, size_t N>
+std::string quoted_choices(const EnumNames<E, N>& t) {
+  std::string out;
+  for (size_t i = 0; i < N; ++i)
+    out += fmt::format("{}'{}'", i == 0 ? "" : i + 1 == N ? " or " : ", ", t.names[i]);
+  return out;
+}
+
+// The value named `text`; an unknown name is a usage error naming the file, the key and the
+// valid values.
+template <class E, size_t N>
+E parse_enum(const EnumNames<E, N>& t, const std::string& text, const std::string& origin,
+             const char* key) {
+  for (size_t i = 0; i < N; ++i)
+    if (text == t.names[i]) return E(i);
+  usage_error("{}: key '{}': expected {}, got '{}'", origin, key, quoted_choices(t), text);
 }
 
 // Reads the keys of one section, remembering which were consumed so leftovers can be reported.
@@ -48,6 +83,14 @@ class SectionReader {
       usage_error("{}: key '{}.{}' must be {}, got '{}'", origin_, section_, key, type_name<T>(),
                   v.Scalar());
     }
+  }
+
+  // A string key whose value is one of an enum's names.
+  template <class E, size_t N>
+  void get_enum(const char* key, E& out, const EnumNames<E, N>& names) {
+    std::string text = names(out);
+    get(key, text);
+    out = parse_enum(names, text, origin_, (section_ + "." + key).c_str());
   }
 
   bool has(const char* key) const {
@@ -142,7 +185,8 @@ Config from_node(YAML::Node root, const std::string& origin) {
   {
     SectionReader r(root["model"], "model", origin);
     auto& m = c.model;
-    r.get("family", m.family);
+    r.get_enum("family", m.family, kFamilyNames);
+    m.set_family(m.family);
     r.get("n_layer", m.n_layer);
     r.get("n_head", m.n_head);
     r.get("d_model", m.d_model);
@@ -150,19 +194,17 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("vocab_size", m.vocab_size);
     r.get("seq_len", m.seq_len);
     r.get("max_seq_len", m.max_seq_len);
-    m.tie_embeddings = m.family != "llama";
+    m.tie_embeddings = m.family != ModelFamily::Llama;
     r.get("tie_embeddings", m.tie_embeddings);
     r.get("rope_theta", m.rope_theta);
     r.get("norm_eps", m.norm_eps);
     r.finish();
-    require(m.family == "gpt2" || m.family == "llama", origin, "model.family",
-            fmt::format("expected 'gpt2' or 'llama', got '{}'", m.family));
     require(m.n_layer >= 1, origin, "model.n_layer", "must be >= 1");
     require(m.n_head >= 1, origin, "model.n_head", "must be >= 1");
     require(m.d_model >= 1, origin, "model.d_model", "must be >= 1");
     require(m.d_model % m.n_head == 0, origin, "model.d_model",
             fmt::format("d_model {} is not divisible by n_head {}", m.d_model, m.n_head));
-    require(!m.is_llama() || m.head_dim() % 2 == 0, origin, "model.d_model",
+    require(m.positions != PositionKind::Rope || m.head_dim() % 2 == 0, origin, "model.d_model",
             fmt::format("RoPE needs an even head dimension, d_model/n_head = {}", m.head_dim()));
     require(m.vocab_size >= 2, origin, "model.vocab_size", "must be >= 2");
     require(m.seq_len >= 1, origin, "model.seq_len", "must be >= 1");
@@ -172,29 +214,28 @@ Config from_node(YAML::Node root, const std::string& origin) {
             fmt::format("seq_len {} exceeds the position table size max_seq_len {}", m.seq_len,
                         m.max_seq_len));
     if (m.mlp_hidden == 0)
-      m.mlp_hidden = m.is_llama() ? (8 * m.d_model / 3 + 255) / 256 * 256 : 4 * m.d_model;
+      m.mlp_hidden =
+          m.mlp == MlpKind::Swiglu ? (8 * m.d_model / 3 + 255) / 256 * 256 : 4 * m.d_model;
     require(m.rope_theta > 0, origin, "model.rope_theta", "must be > 0");
     require(m.norm_eps > 0, origin, "model.norm_eps", "must be > 0");
   }
   {
     SectionReader r(root["data"], "data", origin);
     auto& d = c.data;
-    r.get("source", d.source);
+    r.get_enum("source", d.source, kDataSourceNames);
     r.get("train", d.train);
     r.get("val", d.val);
     r.get("decode_table", d.decode_table);
     r.get("shuffle", d.shuffle);
     r.finish();
-    require(d.source == "shards" || d.source == "synthetic", origin, "data.source",
-            fmt::format("expected 'shards' or 'synthetic', got '{}'", d.source));
-    if (d.source == "shards")
+    if (d.source == DataSource::Shards)
       require(!d.train.empty(), origin, "data.train",
               "a path or glob of train shards is required (or set data.source: synthetic)");
   }
   {
     SectionReader r(root["optim"], "optim", origin);
     auto& o = c.optim;
-    r.get("name", o.name);
+    r.get_enum("name", o.name, kOptimizerNames);
     r.get("lr", o.lr);
     r.get("beta1", o.beta1);
     r.get("beta2", o.beta2);
@@ -203,14 +244,10 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("grad_clip", o.grad_clip);
     r.get("warmup_steps", o.warmup_steps);
     r.get("warmup_frac", o.warmup_frac);
-    r.get("schedule", o.schedule);
+    r.get_enum("schedule", o.schedule, kScheduleNames);
     r.get("final_lr_frac", o.final_lr_frac);
-    r.get("state_dtype", o.state_dtype);
+    r.get_enum("state_dtype", o.state_dtype, kStateDTypeNames);
     r.finish();
-    require(o.name == "adamw" || o.name == "sgdm", origin, "optim.name",
-            fmt::format("expected 'adamw' or 'sgdm', got '{}'", o.name));
-    require(o.state_dtype == "fp32" || o.state_dtype == "bf16", origin, "optim.state_dtype",
-            fmt::format("expected 'fp32' or 'bf16', got '{}'", o.state_dtype));
     require(o.lr > 0 && std::isfinite(o.lr), origin, "optim.lr", "must be a positive number");
     require(o.beta1 >= 0 && o.beta1 < 1, origin, "optim.beta1", "must be in [0, 1)");
     require(o.beta2 >= 0 && o.beta2 < 1, origin, "optim.beta2", "must be in [0, 1)");
@@ -222,9 +259,6 @@ Config from_node(YAML::Node root, const std::string& origin) {
             "must be in [0, 1)");
     require(!(o.warmup_steps > 0 && o.warmup_frac > 0), origin, "optim.warmup_frac",
             "set either warmup_steps or warmup_frac, not both");
-    require(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant", origin,
-            "optim.schedule",
-            fmt::format("expected 'cosine', 'linear' or 'constant', got '{}'", o.schedule));
     require(o.final_lr_frac >= 0 && o.final_lr_frac <= 1, origin, "optim.final_lr_frac",
             "must be in [0, 1]");
   }
@@ -270,10 +304,11 @@ Config from_node(YAML::Node root, const std::string& origin) {
   }
   {
     SectionReader r(root["precision"], "precision", origin);
-    r.get("treatment", c.precision.treatment);
+    std::string name = c.precision.treatment.name;
+    r.get("treatment", name);
     r.finish();
     try {
-      treatment_from_name(c.precision.treatment);
+      c.precision.treatment = treatment_from_name(name);
     } catch (const Error& e) {
       usage_error("{}: key 'precision.treatment': {}", origin, e.what());
     }
@@ -281,14 +316,38 @@ Config from_node(YAML::Node root, const std::string& origin) {
   if (root["device"] && !root["device"].IsNull()) {
     const YAML::Node d = root["device"];
     if (!d.IsScalar()) usage_error("{}: key 'device' must be 'cpu' or 'cuda'", origin);
-    c.device = d.Scalar();
+    c.device = parse_enum(kDeviceNames, d.Scalar(), origin, "device");
   }
-  require(c.device == "cpu" || c.device == "cuda", origin, "device",
-          fmt::format("expected 'cpu' or 'cuda', got '{}'", c.device));
   return c;
 }
 
 }  // namespace
+
+const char* enum_name(ModelFamily v) { return kFamilyNames(v); }
+const char* enum_name(NormKind v) { return kNormNames(v); }
+const char* enum_name(MlpKind v) { return kMlpNames(v); }
+const char* enum_name(PositionKind v) { return kPositionNames(v); }
+const char* enum_name(OptimizerKind v) { return kOptimizerNames(v); }
+const char* enum_name(LrSchedule v) { return kScheduleNames(v); }
+const char* enum_name(StateDType v) { return kStateDTypeNames(v); }
+const char* enum_name(DataSource v) { return kDataSourceNames(v); }
+const char* enum_name(Device v) { return kDeviceNames(v); }
+
+void ModelConfig::set_family(ModelFamily f) {
+  family = f;
+  const bool gpt2 = f == ModelFamily::Gpt2;
+  norm = gpt2 ? NormKind::LayerNorm : NormKind::RmsNorm;
+  mlp = gpt2 ? MlpKind::Gelu : MlpKind::Swiglu;
+  positions = gpt2 ? PositionKind::Learned : PositionKind::Rope;
+  linear_bias = gpt2;
+}
+
+bool ModelConfig::structure_matches_family() const {
+  ModelConfig derived;
+  derived.set_family(family);
+  return norm == derived.norm && mlp == derived.mlp && positions == derived.positions &&
+         linear_bias == derived.linear_bias;
+}
 
 int64_t Config::total_steps() const {
   if (train.max_steps > 0) return train.max_steps;
@@ -327,7 +386,7 @@ std::string to_yaml(const Config& c) {
   YAML::Emitter e;
   e << YAML::BeginMap;
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "family" << YAML::Value << c.model.family;
+  e << YAML::Key << "family" << YAML::Value << enum_name(c.model.family);
   e << YAML::Key << "n_layer" << YAML::Value << c.model.n_layer;
   e << YAML::Key << "n_head" << YAML::Value << c.model.n_head;
   e << YAML::Key << "d_model" << YAML::Value << c.model.d_model;
@@ -340,14 +399,14 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "norm_eps" << YAML::Value << c.model.norm_eps;
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "source" << YAML::Value << c.data.source;
+  e << YAML::Key << "source" << YAML::Value << enum_name(c.data.source);
   e << YAML::Key << "train" << YAML::Value << c.data.train;
   e << YAML::Key << "val" << YAML::Value << c.data.val;
   e << YAML::Key << "decode_table" << YAML::Value << c.data.decode_table;
   e << YAML::Key << "shuffle" << YAML::Value << c.data.shuffle;
   e << YAML::EndMap;
   e << YAML::Key << "optim" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "name" << YAML::Value << c.optim.name;
+  e << YAML::Key << "name" << YAML::Value << enum_name(c.optim.name);
   e << YAML::Key << "lr" << YAML::Value << c.optim.lr;
   e << YAML::Key << "beta1" << YAML::Value << c.optim.beta1;
   e << YAML::Key << "beta2" << YAML::Value << c.optim.beta2;
@@ -356,9 +415,9 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "grad_clip" << YAML::Value << c.optim.grad_clip;
   e << YAML::Key << "warmup_steps" << YAML::Value << c.optim.warmup_steps;
   e << YAML::Key << "warmup_frac" << YAML::Value << c.optim.warmup_frac;
-  e << YAML::Key << "schedule" << YAML::Value << c.optim.schedule;
+  e << YAML::Key << "schedule" << YAML::Value << enum_name(c.optim.schedule);
   e << YAML::Key << "final_lr_frac" << YAML::Value << c.optim.final_lr_frac;
-  e << YAML::Key << "state_dtype" << YAML::Value << c.optim.state_dtype;
+  e << YAML::Key << "state_dtype" << YAML::Value << enum_name(c.optim.state_dtype);
   e << YAML::EndMap;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "batch_size" << YAML::Value << c.train.batch_size;
@@ -379,9 +438,9 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "profile" << YAML::Value << c.train.profile;
   e << YAML::EndMap;
   e << YAML::Key << "precision" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "treatment" << YAML::Value << c.precision.treatment;
+  e << YAML::Key << "treatment" << YAML::Value << c.precision.treatment.name;
   e << YAML::EndMap;
-  e << YAML::Key << "device" << YAML::Value << c.device;
+  e << YAML::Key << "device" << YAML::Value << enum_name(c.device);
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
@@ -391,8 +450,9 @@ std::string model_fingerprint(const Config& c) {
   return fmt::format(
       "family={} n_layer={} n_head={} d_model={} mlp_hidden={} vocab_size={} max_seq_len={} "
       "tie_embeddings={} treatment={} optimizer={} state_dtype={}",
-      m.family, m.n_layer, m.n_head, m.d_model, m.mlp_hidden, m.vocab_size, m.max_seq_len,
-      m.tie_embeddings, c.precision.treatment, c.optim.name, c.optim.state_dtype);
+      enum_name(m.family), m.n_layer, m.n_head, m.d_model, m.mlp_hidden, m.vocab_size,
+      m.max_seq_len, m.tie_embeddings, c.precision.treatment.name, enum_name(c.optim.name),
+      enum_name(c.optim.state_dtype));
 }
 
 }  // namespace eco

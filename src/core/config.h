@@ -1,15 +1,50 @@
 // The run configuration: YAML file + `--set key=value` overrides, loaded into validated structs.
 // Every key is checked: unknown keys, wrong types and impossible values raise one usage error
-// naming the file and the key (exit code 2).
+// naming the file and the key (exit code 2). Every choice is parsed once, here, into an enum (or
+// the Treatment); it is written back (to_yaml, model_fingerprint, fmt) by its config name.
 #pragma once
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "core/device.h"
+#include "core/treatment.h"
 
 namespace eco {
 
+enum class ModelFamily : uint8_t { Gpt2, Llama };
+// A family's block structure: which norm, which MLP, how positions enter, whether the block
+// linears have biases (ModelConfig::set_family derives them).
+enum class NormKind : uint8_t { LayerNorm, RmsNorm };  // LayerNorm: gain and bias; RmsNorm: gain
+enum class MlpKind : uint8_t { Gelu, Swiglu };         // Swiglu: fc is gate and up, (2H, C)
+enum class PositionKind : uint8_t { Learned, Rope };   // Learned: a wpe table; Rope: rotary q, k
+enum class OptimizerKind : uint8_t { AdamW, Sgdm };
+enum class LrSchedule : uint8_t { Cosine, Linear, Constant };
+enum class StateDType : uint8_t { Fp32, Bf16 };
+enum class DataSource : uint8_t { Shards, Synthetic };
+
+// The config name of each value ("gpt2", "adamw", "cosine", ...; structure kinds: "layernorm",
+// "rmsnorm", "gelu", "swiglu", "learned", "rope").
+const char* enum_name(ModelFamily v);
+const char* enum_name(NormKind v);
+const char* enum_name(MlpKind v);
+const char* enum_name(PositionKind v);
+const char* enum_name(OptimizerKind v);
+const char* enum_name(LrSchedule v);
+const char* enum_name(StateDType v);
+const char* enum_name(DataSource v);
+
 struct ModelConfig {
-  std::string family = "gpt2";  // gpt2 | llama
+  // The family names the model (config, fingerprint); the model reads the structure below,
+  // which set_family derives from it (the loader calls it; so must code that builds a config).
+  ModelFamily family = ModelFamily::Gpt2;
+  NormKind norm = NormKind::LayerNorm;
+  MlpKind mlp = MlpKind::Gelu;
+  PositionKind positions = PositionKind::Learned;
+  bool linear_bias = true;  // the block linears (qkv, proj, fc, mlp proj) have biases
   int n_layer = 4;
   int n_head = 4;
   int d_model = 128;
@@ -22,11 +57,18 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
 
   int head_dim() const { return d_model / n_head; }
-  bool is_llama() const { return family == "llama"; }
+  bool norm_bias() const { return norm == NormKind::LayerNorm; }
+  // Rows of the MLP's first linear: H, or 2H for SwiGLU's gate and up projections.
+  int64_t fc_rows() const { return mlp == MlpKind::Swiglu ? 2 * int64_t(mlp_hidden) : mlp_hidden; }
+  // Sets the family and its structure: gpt2: LayerNorm, GELU, learned positions, biases;
+  // llama: RMSNorm, SwiGLU, RoPE, no biases.
+  void set_family(ModelFamily f);
+  // Whether the structure is the family's (what set_family would set).
+  bool structure_matches_family() const;
 };
 
 struct DataConfig {
-  std::string source = "shards";  // shards | synthetic
+  DataSource source = DataSource::Shards;
   std::string train;              // path or glob of train shards
   std::string val;                // path or glob of val shards (optional)
   std::string decode_table;       // optional; default: decode_table.bin next to the train shards
@@ -34,7 +76,7 @@ struct DataConfig {
 };
 
 struct OptimConfig {
-  std::string name = "adamw";     // adamw | sgdm (SGD with EMA momentum beta1)
+  OptimizerKind name = OptimizerKind::AdamW;  // adamw | sgdm (SGD with EMA momentum beta1)
   double lr = 3e-4;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -43,9 +85,9 @@ struct OptimConfig {
   double grad_clip = 1.0;         // 0 disables clipping
   int64_t warmup_steps = 0;       // or warmup_frac * max_steps when warmup_frac > 0
   double warmup_frac = 0.0;
-  std::string schedule = "cosine";  // cosine | linear | constant
+  LrSchedule schedule = LrSchedule::Cosine;
   double final_lr_frac = 0.1;       // lr at the end of the decay, as a fraction of lr
-  std::string state_dtype = "fp32"; // fp32 | bf16: optimizer moments of quantized parameters
+  StateDType state_dtype = StateDType::Fp32;  // optimizer moments of quantized parameters
 };
 
 struct TrainConfig {
@@ -68,7 +110,7 @@ struct TrainConfig {
 };
 
 struct PrecisionConfig {
-  std::string treatment = "fp32";  // see src/quant/treatment.h for the list
+  Treatment treatment;  // fp32 by default; the names are core/treatment.h's
 };
 
 struct Config {
@@ -77,7 +119,7 @@ struct Config {
   OptimConfig optim;
   TrainConfig train;
   PrecisionConfig precision;
-  std::string device = "cpu";     // cpu | cuda
+  Device device = Device::Cpu;
   std::string source_path;        // the YAML file it came from (for messages)
 
   int64_t tokens_per_step() const {
@@ -97,4 +139,29 @@ std::string to_yaml(const Config& cfg);
 // The part of the config a checkpoint must agree with to resume (model shape, treatment).
 std::string model_fingerprint(const Config& cfg);
 
+// A Treatment serialises to JSON (nlohmann, found by argument-dependent lookup) as its name.
+template <class Json>
+void to_json(Json& j, const Treatment& t) {
+  j = t.name;
+}
+
+template <class E>
+concept ConfigEnum = std::is_enum_v<E> && requires(E e) { enum_name(e); };
+
 }  // namespace eco
+
+// fmt prints a config enum by its config name, and a Treatment by its name.
+template <eco::ConfigEnum E>
+struct fmt::formatter<E> : fmt::formatter<std::string_view> {
+  template <class Ctx>
+  auto format(E v, Ctx& ctx) const {
+    return fmt::formatter<std::string_view>::format(eco::enum_name(v), ctx);
+  }
+};
+template <>
+struct fmt::formatter<eco::Treatment> : fmt::formatter<std::string_view> {
+  template <class Ctx>
+  auto format(const eco::Treatment& t, Ctx& ctx) const {
+    return fmt::formatter<std::string_view>::format(t.name, ctx);
+  }
+};

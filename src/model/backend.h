@@ -10,15 +10,26 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/memory_ledger.h"
 #include "core/tensor.h"
+#include "core/qtensor.h"
+#include "core/treatment.h"
 #include "kernels/common/bf16.h"
-#include "kernels/common/cuda_workspaces.h"
 #include "kernels/common/eco_update.h"
 #include "kernels/common/optimizer_rules.h"
-#include "quant/treatment.h"
 
 namespace eco {
+
+// The largest shapes a model runs, reported once by the Transformer (Backend::reserve_workspaces).
+struct WorkspaceShapes {
+  int64_t tokens = 0;             // B * T rows of activations
+  int seq_len = 0, d_model = 0, n_head = 0, vocab = 0;
+  int64_t widest_linear_in = 0;   // the largest C of a block linear's input (d_model or mlp hidden)
+  int64_t widest_linear_out = 0;  // the largest OC of a block linear (3 d_model or the mlp's fc)
+  int64_t largest_weight = 0;     // elements of the largest weight any GEMM reads (the head's)
+  bool fp8_activations = false;   // the forward casts block-linear inputs to E4M3 per row
+};
 
 // One tensor of a plain (unquantized) update: param, grad, m (and v for AdamW) of n elements.
 struct PlainUpdate {
@@ -56,6 +67,9 @@ class Backend {
   // (CUDA: attention scores, padded logits, bf16 weight copies, FP8 activation codes) allocates
   // them now, so the ledger (and --plan) has them from the start and they never grow mid-run.
   virtual void reserve_workspaces(const WorkspaceShapes& /*shapes*/) {}
+  // What a plan cannot put in the ledger (the planning backend of --plan: memory that depends on
+  // the device found at run time), one line each; empty for a backend that runs.
+  virtual std::vector<std::string> plan_notes() const { return {}; }
   // Whether matmul_forward / matmul_backward round their weight operand to bf16 (RNE) themselves
   // (CUDA: the GEMMs are bf16). Then a bf16-weight treatment's compute view can be the fp32
   // master itself: RNE is idempotent, so the GEMM sees the same bits without a rounding pass.
@@ -139,7 +153,6 @@ class Backend {
                                int H) = 0;
   virtual void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b,
                                 int64_t n) = 0;
-  virtual void accumulate(const Tensor& dst, const Tensor& src, int64_t n) = 0;
   // The residual add and the norm after it: resid (N, C) = a + b as residual_forward, then out
   // = norm(resid) as layernorm_forward (rms false; mean saved, bias may be empty) or
   // rmsnorm_forward (rms true; mean and bias unused). The default makes the two calls; CUDA
@@ -275,12 +288,12 @@ class ScopedRange {
 std::unique_ptr<Backend> make_cpu_backend(DType dtype = DType::F32);
 // A backend that only records allocations in its ledger (for --plan); no operation may run.
 // device "cuda" plans with the CUDA backend's layouts (bf16 activations, lse attention state).
-std::unique_ptr<Backend> make_planning_backend(const std::string& device = "cpu");
+std::unique_ptr<Backend> make_planning_backend(Device device = Device::Cpu);
 // The CUDA backend (kernels/cuda/cuda_backend.cpp) on the current device. A usage error when
 // this build has no CUDA backend or no CUDA GPU is visible.
 std::unique_ptr<Backend> make_cuda_backend();
 // The backend for a config's `device` (cpu: fp32 reference; cuda: make_cuda_backend).
-std::unique_ptr<Backend> make_backend(const std::string& device);
+std::unique_ptr<Backend> make_backend(Device device);
 
 // A F32, F64 or BF16 tensor copied to the host as floats (logits for sampling, tests).
 inline std::vector<float> to_host_floats(Backend& be, const Tensor& t) {

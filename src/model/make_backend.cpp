@@ -1,15 +1,18 @@
 // Backend selection by the config's `device`. Its own translation unit: it refers to
 // make_cuda_backend, which only executables that link the CUDA backend (or the refusing stub of
-// CPU builds) provide, while backend.cpp's default operations are needed by every backend.
+// CPU builds, kernels/cuda/cuda_backend_unavailable.cpp) provide, while backend.cpp's default
+// operations are needed by every backend.
 #include "core/error.h"
 #include "model/backend.h"
 
 namespace eco {
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu") return make_cpu_backend(DType::F32);
-  if (device == "cuda") return make_cuda_backend();
-  usage_error("device '{}' is unknown (expected cpu or cuda)", device);
+std::unique_ptr<Backend> make_backend(Device device) {
+  switch (device) {
+    case Device::Cpu: return make_cpu_backend(DType::F32);
+    case Device::Cuda: return make_cuda_backend();
+  }
+  usage_error("device {} is unknown (expected cpu or cuda)", int(device));
 }
 
 }  // namespace eco

@@ -18,11 +18,11 @@ ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Back
   int64_t largest = 0;
   for (size_t i = 0; i < table.specs.size(); ++i) {
     const ParamSpec& s = table.specs[i];
-    const bool q = treatment_.quantized && s.quantizable;
-    if (q) {
+    const ParamStorage& st = storage_.emplace_back(storage_policy(treatment_, s.quantizable));
+    if (st.quantized) {
       QTensor t;
-      t.format = treatment_.format;
-      t.granularity = treatment_.granularity;
+      t.format = st.format;
+      t.granularity = st.granularity;
       t.rows = s.shape[0];
       t.cols = s.shape[1];
       t.codes = be_.alloc(s.name + ".codes", {code_bytes(t.format, t.rows * t.cols)}, DType::U8,
@@ -32,14 +32,12 @@ ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Back
                            MemCategory::Scales, true);
       qt_[i] = t;
     }
-    if (!q || treatment_.master) {
-      // The trainable copy: a master when the forward uses another representation.
-      const bool is_master = s.quantizable && (treatment_.master || treatment_.bf16_weights);
-      value_[i] = be_.alloc(s.name + (is_master ? ".master" : ""), s.shape, be_.dtype(),
-                            is_master ? MemCategory::Master : MemCategory::Weights,
+    if (st.value)
+      value_[i] = be_.alloc(s.name + (st.master ? ".master" : ""), s.shape, be_.dtype(),
+                            st.master ? MemCategory::Master : MemCategory::Weights,
                             s.quantizable);
-    }
-    if (s.quantizable && quantizing) largest = std::max(largest, s.numel());
+    // The scratch that compute views (dequantized or bf16-rounded weights) are written to.
+    if (st.quantized || st.bf16_compute) largest = std::max(largest, s.numel());
   }
   if (largest > 0)
     scratch_ = be_.alloc("dequantized_weight_scratch", {largest}, DType::F32,
@@ -54,7 +52,7 @@ Tensor ParamStore::compute(size_t i) {
     return out;
   }
   // bf16 weights (bf16-mw): the master rounded to bf16, unless the backend's GEMMs round it.
-  if (treatment_.bf16_weights && s.quantizable && !be_.gemm_rounds_weights_to_bf16()) {
+  if (storage_[i].bf16_compute && !be_.gemm_rounds_weights_to_bf16()) {
     const Tensor out = scratch_.slice(0, s.shape);
     be_.round_to_bf16(out, value_[i], s.numel());
     return out;
@@ -104,12 +102,6 @@ void ParamStore::get(size_t i, void* host) {
   } else {
     be_.copy_to_host(host, value_[i]);
   }
-}
-
-void ParamStore::requantize_from_master(size_t i, uint64_t seed, uint64_t step) {
-  ECO_ASSERT(quantized(i) && !value_[i].empty(), "parameter {} has no master copy",
-             table_.specs[i].name);
-  be_.quantize(*qt_[i], value_[i], treatment_.rounding, seed, step, uint32_t(i));
 }
 
 std::vector<std::pair<std::string, Tensor>> ParamStore::state() const {

@@ -1,7 +1,8 @@
-// ParamStore: where each parameter lives under the run's treatment. Plain parameters (and
-// every parameter under fp32) are one tensor in the backend dtype; block linears under a
-// quantized treatment are a QTensor (codes + scales), plus a fp32 master under *-mw-*. The
-// forward and backward ask for a compute view; nothing else knows how a weight is stored.
+// ParamStore: the parameters' memory, laid out as the storage policy (quant/storage_policy.h)
+// says for the run's treatment. Plain parameters (and every parameter under fp32) are one tensor
+// in the backend dtype; block linears under a quantized treatment are a QTensor (codes +
+// scales), plus a fp32 master under *-mw-*. The forward and backward ask for a compute view;
+// nothing else knows how a weight is stored.
 #pragma once
 #include <memory>
 #include <optional>
@@ -11,7 +12,8 @@
 
 #include "model/backend.h"
 #include "model/param_table.h"
-#include "quant/treatment.h"
+#include "core/treatment.h"
+#include "quant/storage_policy.h"
 
 namespace eco {
 
@@ -54,9 +56,6 @@ class ParamStore {
   // float values, quantized RTN on set; dequantized on get).
   void set(size_t i, const void* host);
   void get(size_t i, void* host);
-  // Re-derive the forward codes of a quantized parameter from its master copy (mw treatments),
-  // with the treatment's rounding; SR draws are keyed by (seed, step, tensor i, element).
-  void requantize_from_master(size_t i, uint64_t seed, uint64_t step);
 
   // Every persistent tensor, named, for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
@@ -65,6 +64,7 @@ class ParamStore {
   const ParamTable& table_;
   Treatment treatment_;
   Backend& be_;
+  std::vector<ParamStorage> storage_;  // per parameter, from the storage policy
   std::vector<Tensor> value_;
   std::vector<std::optional<QTensor>> qt_;
   Tensor scratch_;  // fp32, the largest block linear

@@ -46,8 +46,12 @@ std::string ParamTable::describe() const {
 }
 
 ParamTable build_param_table(const ModelConfig& m) {
+  ECO_ASSERT(m.structure_matches_family(),
+             "model config: the block structure is not the {} family's (ModelConfig::set_family)",
+             enum_name(m.family));
   const int64_t C = m.d_model, V = m.vocab_size, H = m.mlp_hidden;
-  const bool llama = m.is_llama();
+  const bool learned_positions = m.positions == PositionKind::Learned;
+  const bool norm_bias = m.norm_bias(), bias = m.linear_bias;
   const float std_base = 0.02f;
   // GPT-2: residual projections scaled by 1/sqrt(2 * n_layer).
   const float std_resid = std_base / std::sqrt(2.0f * float(m.n_layer));
@@ -63,25 +67,25 @@ ParamTable build_param_table(const ModelConfig& m) {
   };
 
   add("wte", {V, C}, ParamRole::Embedding, std_base);
-  if (!llama) add("wpe", {m.max_seq_len, C}, ParamRole::Position, std_base);
+  if (learned_positions) add("wpe", {m.max_seq_len, C}, ParamRole::Position, std_base);
   for (int l = 0; l < m.n_layer; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     add(p + "norm1.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
-    if (!llama) add(p + "norm1.bias", {C}, ParamRole::Norm, 0.0f);
+    if (norm_bias) add(p + "norm1.bias", {C}, ParamRole::Norm, 0.0f);
     add(p + "attn.qkv.weight", {3 * C, C}, ParamRole::Linear, std_base);
-    if (!llama) add(p + "attn.qkv.bias", {3 * C}, ParamRole::Bias, 0.0f);
+    if (bias) add(p + "attn.qkv.bias", {3 * C}, ParamRole::Bias, 0.0f);
     add(p + "attn.proj.weight", {C, C}, ParamRole::Linear, std_resid);
-    if (!llama) add(p + "attn.proj.bias", {C}, ParamRole::Bias, 0.0f);
+    if (bias) add(p + "attn.proj.bias", {C}, ParamRole::Bias, 0.0f);
     add(p + "norm2.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
-    if (!llama) add(p + "norm2.bias", {C}, ParamRole::Norm, 0.0f);
-    // llama: rows [0, H) are the gate projection, rows [H, 2H) the up projection.
-    add(p + "mlp.fc.weight", {llama ? 2 * H : H, C}, ParamRole::Linear, std_base);
-    if (!llama) add(p + "mlp.fc.bias", {H}, ParamRole::Bias, 0.0f);
+    if (norm_bias) add(p + "norm2.bias", {C}, ParamRole::Norm, 0.0f);
+    // SwiGLU: rows [0, H) are the gate projection, rows [H, 2H) the up projection.
+    add(p + "mlp.fc.weight", {m.fc_rows(), C}, ParamRole::Linear, std_base);
+    if (bias) add(p + "mlp.fc.bias", {H}, ParamRole::Bias, 0.0f);
     add(p + "mlp.proj.weight", {C, H}, ParamRole::Linear, std_resid);
-    if (!llama) add(p + "mlp.proj.bias", {C}, ParamRole::Bias, 0.0f);
+    if (bias) add(p + "mlp.proj.bias", {C}, ParamRole::Bias, 0.0f);
   }
   add("norm_f.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
-  if (!llama) add("norm_f.bias", {C}, ParamRole::Norm, 0.0f);
+  if (norm_bias) add("norm_f.bias", {C}, ParamRole::Norm, 0.0f);
   if (!m.tie_embeddings) add("lm_head.weight", {V, C}, ParamRole::Head, std_base);
   return t;
 }

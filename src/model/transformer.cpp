@@ -18,7 +18,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   // and logits in act_dtype() (bf16 on CUDA).
   const DType dt = be_.dtype(), at = be_.act_dtype();
   const int64_t B = max_batch, T = cfg.seq_len, N = B * T, C = cfg.d_model, NH = cfg.n_head;
-  const int64_t H = cfg.mlp_hidden, FC = cfg.is_llama() ? 2 * H : H, V = cfg.vocab_size;
+  const int64_t H = cfg.mlp_hidden, FC = cfg.fc_rows(), V = cfg.vocab_size;
   const std::vector<int64_t> att_shape = be_.attention_state_shape(int(B), int(NH), int(T));
   // The proj linear's input needs its own buffer when the forward casts it: attention_backward
   // must see the attention output as it was computed.
@@ -53,7 +53,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
     a.norm1_mean = act("norm1_mean", {N}, dt);
     a.norm1_rstd = act("norm1_rstd", {N}, dt);
     a.qkv = act("qkv", {N, 3 * C}, at);
-    if (cfg.is_llama()) a.qkv_rope = act("qkv_rope", {N, 3 * C}, at);
+    if (cfg.positions == PositionKind::Rope) a.qkv_rope = act("qkv_rope", {N, 3 * C}, at);
     a.att = act("att", att_shape, dt);
     a.atty = act("atty", {N, C}, at);
     a.proj_in = cast_proj_in ? act("proj_in", {N, C}, at) : a.atty;
@@ -76,7 +76,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   d_resid_ = ws("d_resid", {N, C});
   d_norm_ = ws("d_norm", {N, C});
   d_qkv_ = ws("d_qkv", {N, 3 * C});
-  if (cfg.is_llama()) d_qkv_rope_ = ws("d_qkv_rope", {N, 3 * C});
+  if (cfg.positions == PositionKind::Rope) d_qkv_rope_ = ws("d_qkv_rope", {N, 3 * C});
   d_atty_ = ws("d_atty", {N, C});
   d_fc_ = ws("d_fc", {N, FC});
   d_act_ = ws("d_act", {N, H});
@@ -147,7 +147,7 @@ void Transformer::upload_tokens(const Tensor& dst, const int32_t* src, int B, in
 
 void Transformer::norm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                const Tensor& inp, const Tensor& w, const Tensor& b, int N) {
-  if (cfg_.is_llama())
+  if (cfg_.norm == NormKind::RmsNorm)
     be_.rmsnorm_forward(out, rstd, inp, w, N, cfg_.d_model, cfg_.norm_eps);
   else
     be_.layernorm_forward(out, mean, rstd, inp, w, b, N, cfg_.d_model, cfg_.norm_eps);
@@ -156,15 +156,15 @@ void Transformer::norm_forward(const Tensor& out, const Tensor& mean, const Tens
 void Transformer::residual_norm_forward(const Tensor& resid, const Tensor& out, const Tensor& mean,
                                         const Tensor& rstd, const Tensor& a, const Tensor& b,
                                         const Tensor& w, const Tensor& bias, int N) {
-  be_.residual_norm_forward(resid, out, cfg_.is_llama() ? Tensor{} : mean, rstd, a, b, w,
-                            cfg_.is_llama() ? Tensor{} : bias, N, cfg_.d_model, cfg_.norm_eps,
-                            cfg_.is_llama());
+  const bool rms = cfg_.norm == NormKind::RmsNorm;
+  be_.residual_norm_forward(resid, out, rms ? Tensor{} : mean, rstd, a, b, w,
+                            rms ? Tensor{} : bias, N, cfg_.d_model, cfg_.norm_eps, rms);
 }
 
 void Transformer::norm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db,
                                 const Tensor& dout, const Tensor& inp, const Tensor& w,
                                 const Tensor& mean, const Tensor& rstd, int N) {
-  if (cfg_.is_llama())
+  if (cfg_.norm == NormKind::RmsNorm)
     be_.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, cfg_.d_model);
   else
     be_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, cfg_.d_model);
@@ -172,7 +172,7 @@ void Transformer::norm_backward(const Tensor& dinp, const Tensor& dw, const Tens
 
 void Transformer::forward(int B, int T) {
   const int N = B * T, C = cfg_.d_model, NH = cfg_.n_head, H = cfg_.mlp_hidden;
-  const int FC = cfg_.is_llama() ? 2 * H : H;
+  const int FC = int(cfg_.fc_rows());
   be_.embedding_forward(encoded_, tokens_, w(wte_), w(wpe_), B, T, C);  // (N, C)
   Tensor x = encoded_;
   // Every residual add is fused with the norm that reads it (Backend::residual_norm_forward):
@@ -185,7 +185,7 @@ void Transformer::forward(int B, int T) {
     LayerActs& a = acts_[l];
     linear_forward(a.qkv, a.norm1, a.norm1, p.qkv_w, p.qkv_b, N, C, 3 * C);  // (N, 3C)
     Tensor qkv = a.qkv;
-    if (cfg_.is_llama()) {
+    if (cfg_.positions == PositionKind::Rope) {
       be_.rope_forward(a.qkv_rope, a.qkv, B, T, C, NH, cfg_.rope_theta);
       qkv = a.qkv_rope;
     }
@@ -194,7 +194,7 @@ void Transformer::forward(int B, int T) {
     residual_norm_forward(a.resid_mid, a.norm2, a.norm2_mean, a.norm2_rstd, x, scratch_c_,
                           w(p.norm2_w), w(p.norm2_b), N);
     linear_forward(a.fc, a.norm2, a.norm2, p.fc_w, p.fc_b, N, C, FC);  // (N, FC)
-    if (cfg_.is_llama())
+    if (cfg_.mlp == MlpKind::Swiglu)
       be_.swiglu_forward(a.act, a.fc, N, H);  // (N, H)
     else
       be_.gelu_forward(a.act, a.fc, int64_t(N) * H);
@@ -234,7 +234,7 @@ double Transformer::loss(int B, int T, float dloss_per_row, bool with_grad) {
 
 void Transformer::backward(int B, int T) {
   const int N = B * T, C = cfg_.d_model, NH = cfg_.n_head, H = cfg_.mlp_hidden;
-  const int FC = cfg_.is_llama() ? 2 * H : H;
+  const int FC = int(cfg_.fc_rows());
   const Tensor x_last = acts_.back().resid_out;
 
   {
@@ -256,7 +256,7 @@ void Transformer::backward(int B, int T) {
     be_.zero(d_act_);
     linear_backward(d_act_, d_resid_, a.act, p.mlp_proj_w, p.mlp_proj_b, N, H, C);
     be_.zero(d_fc_);
-    if (cfg_.is_llama())
+    if (cfg_.mlp == MlpKind::Swiglu)
       be_.swiglu_backward(d_fc_, d_act_, a.fc, N, H);
     else
       be_.gelu_backward(d_fc_, a.fc, d_act_, int64_t(N) * H);
@@ -267,7 +267,7 @@ void Transformer::backward(int B, int T) {
     // Attention branch: resid_mid = x_in + proj(attn(qkv(norm1(x_in)))).
     be_.zero(d_atty_);
     linear_backward(d_atty_, d_resid_, a.proj_in, p.proj_w, p.proj_b, N, C, C);
-    if (cfg_.is_llama()) {
+    if (cfg_.positions == PositionKind::Rope) {
       be_.zero(d_qkv_rope_);
       be_.attention_backward(d_qkv_rope_, d_att_scratch_, d_atty_, a.qkv_rope, a.atty, a.att, B,
                              T, C, NH);

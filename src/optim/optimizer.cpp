@@ -6,14 +6,14 @@
 namespace eco {
 
 Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed)
-    : cfg_(cfg), model_(model), seed_(seed), adamw_(cfg.name == "adamw") {
+    : cfg_(cfg), model_(model), seed_(seed), adamw_(cfg.name == OptimizerKind::AdamW) {
   Backend& be = model.backend();
   ParamStore& store = model.store();
   const auto& specs = model.table().specs;
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& s = specs[i];
     const bool q = store.quantized(i);
-    const DType dt = q && cfg.state_dtype == "bf16" ? DType::BF16 : (q ? DType::F32 : be.dtype());
+    const DType dt = q && cfg.state_dtype == StateDType::Bf16 ? DType::BF16 : (q ? DType::F32 : be.dtype());
     m_.push_back(be.alloc(s.name + ".m", s.shape, dt, MemCategory::OptState, s.quantizable));
     v_.push_back(adamw_ ? be.alloc(s.name + ".v", s.shape, dt, MemCategory::OptState,
                                    s.quantizable)
@@ -75,11 +75,11 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
 
 double lr_at(const OptimConfig& cfg, int64_t step, int64_t warmup, int64_t total) {
   if (warmup > 0 && step < warmup) return cfg.lr * double(step + 1) / double(warmup);
-  if (cfg.schedule == "constant" || total <= warmup) return cfg.lr;
+  if (cfg.schedule == LrSchedule::Constant || total <= warmup) return cfg.lr;
   const double progress =
       std::min(1.0, double(step - warmup) / double(std::max<int64_t>(1, total - warmup - 1)));
   const double lo = cfg.final_lr_frac;
-  const double shape = cfg.schedule == "cosine" ? 0.5 * (1.0 + std::cos(M_PI * progress))
+  const double shape = cfg.schedule == LrSchedule::Cosine ? 0.5 * (1.0 + std::cos(M_PI * progress))
                                                 : 1.0 - progress;
   return cfg.lr * (lo + (1.0 - lo) * shape);
 }

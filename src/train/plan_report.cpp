@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include "kernels/common/cuda_workspaces.h"
 #include "model/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -12,26 +11,19 @@ namespace eco {
 
 std::string plan_report(const Config& cfg) {
   auto be = make_planning_backend(cfg.device);
-  Transformer model(cfg.model, *be, cfg.train.batch_size,
-                    treatment_from_name(cfg.precision.treatment));
+  Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment);
   Optimizer opt(cfg.optim, model);
   const auto& ledger = be->ledger();
   const int64_t q = model.table().count_quantizable();
   std::string s = model.table().describe() + "\n" + ledger.table();
-  s += fmt::format("treatment {}, optimizer {} with {} state\n", cfg.precision.treatment,
+  s += fmt::format("treatment {}, optimizer {} with {} state\n", cfg.precision.treatment.name,
                    cfg.optim.name, cfg.optim.state_dtype);
   s += fmt::format("static bytes per parameter: {:.2f}\n",
                    double(ledger.static_bytes()) / double(model.table().total));
   if (q > 0)
     s += fmt::format("static bytes per quantized parameter: {:.3f}  ({} quantized parameters)\n",
                      double(ledger.static_bytes_quantizable()) / double(q), q);
-  // What the CUDA plan (an sm_90 plan) cannot know: the GPU found at run time.
-  const cuda_ws::Reservation r = cuda_ws::reservation(model.workspace_shapes());
-  if (cfg.device == "cuda" && r.fp8_accumulator_sm89)
-    s += fmt::format(
-        "on sm_89 GPUs the FP8 forward also reserves an fp32 accumulator of {:.1f} MiB "
-        "(workspace, not in the table above)\n",
-        double(r.fp8_accumulator_sm89) / double(1 << 20));
+  for (const std::string& note : be->plan_notes()) s += note + "\n";
   return s;
 }
 

@@ -18,7 +18,7 @@ TextSampler::TextSampler(const Config& cfg)
     : seq_len_(cfg.model.seq_len),
       vocab_size_(cfg.model.vocab_size),
       temperature_(cfg.train.sample_temperature),
-      synthetic_(cfg.data.source == "synthetic") {
+      synthetic_(cfg.data.source == DataSource::Synthetic) {
   if (synthetic_) return;
   std::string table = cfg.data.decode_table;
   if (table.empty()) {

@@ -24,14 +24,14 @@ Trainer::Trainer(const Config& cfg, RunContext ctx)
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   backend_ = make_backend(cfg_.device);
   model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
-                                         treatment_from_name(cfg_.precision.treatment));
+                                         cfg_.precision.treatment);
   opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed);
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,
                    cfg_.train.seed, cfg_.data.shuffle};
   LoaderOptions vo = lo;
   vo.shuffle = false;
-  if (cfg_.data.source == "synthetic") {
+  if (cfg_.data.source == DataSource::Synthetic) {
     train_data_.emplace(DataLoader::synthetic(0, lo));
     val_data_.emplace(DataLoader::synthetic(1, vo));
   } else {
@@ -194,7 +194,7 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile) {
                            .tokens_per_step = cfg_.tokens_per_step(),
                            .wall_s = wall_s,
                            .diverged = p.diverged,
-                           .treatment = cfg_.precision.treatment};
+                           .treatment = cfg_.precision.treatment.name};
   nlohmann::json summary = summary_json(outcome, model_->table(), backend_->ledger());
   const auto floor = train_data_->entropy_floor_nats();
   if (floor) summary["entropy_floor"] = *floor;

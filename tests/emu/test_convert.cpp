@@ -3,7 +3,7 @@
 //    2^24 + 4099 elements (the 65536-block grid clamp, so the grid-stride loop runs twice).
 //  - round_to_bf16_f32: against the CPU backend's round_to_bf16 (fp32 specials, ties, overflow to
 //    inf, subnormals, NaN), in place and out of place.
-//  - dequantize / dequantize_bf16: against eco::dequantize (quant/qtensor.h; the bf16 one rounded
+//  - dequantize / dequantize_bf16: against eco::dequantize (kernels/cpu/quantize.h; the bf16 one rounded
 //    once with eco::float_to_bf16), every format x granularity, ragged shapes, codes from the CPU
 //    quantizer and raw random code bytes (every code, NaN / inf codes included).
 //  - cast_e4m3_rows: against the CPU backend's cast_activations(E4M3Row) on the widened rows,
@@ -21,7 +21,7 @@
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/quantize.cuh"
 #include "model/backend.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace {
 

@@ -19,7 +19,7 @@
 #include "kernels/common/qformat.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include "kernels/cuda/optimizer_update.cuh"
 #include "model/backend.h"
 #include "kernels/cpu/quantized_update.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include "emu_common.h"
 #include "sweep.h"
 #include "kernels/cuda/quantize.cuh"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 using namespace eco;
 

@@ -10,7 +10,7 @@
 #include "model/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
-#include "quant/treatment.h"
+#include "core/treatment.h"
 
 namespace eco {
 
@@ -25,7 +25,7 @@ inline ModelRun make_run(std::unique_ptr<Backend> be, const Config& c) {
   ModelRun r;
   r.be = std::move(be);
   r.model = std::make_unique<Transformer>(c.model, *r.be, c.train.batch_size,
-                                          treatment_from_name(c.precision.treatment));
+                                          c.precision.treatment);
   r.opt = std::make_unique<Optimizer>(c.optim, *r.model, c.train.seed);
   r.model->init_weights(c.train.seed);
   return r;

@@ -18,7 +18,7 @@
 #include "kernels/common/bf16.h"
 #include "kernels/cuda/convert.cuh"
 #include "model/backend.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace eco {
 namespace {

@@ -30,7 +30,7 @@
 #include "kernels/common/bf16.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/gemm.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace eco {
 namespace {

@@ -48,7 +48,7 @@
 #include "model/transformer.h"
 #include "model_run.h"
 #include "optim/optimizer.h"
-#include "quant/treatment.h"
+#include "core/treatment.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 

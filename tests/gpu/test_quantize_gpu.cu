@@ -5,7 +5,7 @@
 #include "kernels/common/activations.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/quantize.cuh"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace eco {
 namespace {

@@ -35,7 +35,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/quantize.cuh"
 #include "model/backend.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace eco {
 namespace {

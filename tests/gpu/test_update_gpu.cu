@@ -24,7 +24,7 @@
 #include "kernels/common/format_quantizer.h"
 #include "kernels/cuda/optimizer_update.cuh"
 #include "model/backend.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace eco {
 namespace {

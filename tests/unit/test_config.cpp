@@ -93,9 +93,10 @@ TEST(Config, MaxSeqLenDefaultsToSeqLen) {
 
 TEST(Config, EmptyTextNeedsOnlyDataAndStepBudget) {
   const Config c = parse(base_yaml());
-  EXPECT_EQ(c.model.family, "gpt2");
-  EXPECT_EQ(c.device, "cpu");
-  EXPECT_EQ(c.precision.treatment, "fp32");
+  EXPECT_EQ(c.model.family, eco::ModelFamily::Gpt2);
+  EXPECT_EQ(c.device, eco::Device::Cpu);
+  EXPECT_EQ(c.precision.treatment.name, "fp32");
+  EXPECT_FALSE(c.precision.treatment.quantized);
   EXPECT_EQ(c.source_path, kOrigin);
 }
 
@@ -128,7 +129,7 @@ TEST(ConfigOverride, FillsASectionThatIsPresentButEmpty) {
 
 TEST(ConfigOverride, SetsTheTopLevelDevice) {
   const Config c = parse(base_yaml("device: cuda\n"), {"device=cpu"});
-  EXPECT_EQ(c.device, "cpu");
+  EXPECT_EQ(c.device, eco::Device::Cpu);
 }
 
 TEST(ConfigOverride, WrongTypeIsReportedForTheKey) {
@@ -299,7 +300,53 @@ TEST(ConfigError, ShardSourceNeedsDataTrain) {
 // The config accepts device: cuda; whether this build and machine can run it is the trainer's
 // question (test_device.cpp).
 TEST(Config, CudaDeviceIsAccepted) {
-  EXPECT_EQ(parse(base_yaml("device: cuda\n")).device, "cuda");
+  EXPECT_EQ(parse(base_yaml("device: cuda\n")).device, eco::Device::Cuda);
+}
+
+// Every choice is parsed once into its enum (the family also into its block structure) and
+// written back by the same name.
+TEST(Config, ChoicesAreParsedIntoEnumsAndWrittenBackByName) {
+  const Config c = parse(base_yaml("model: {family: llama, n_head: 4, d_model: 128}\n"
+                                   "optim: {name: sgdm, schedule: linear, state_dtype: bf16}\n"
+                                   "precision: {treatment: int4-eco-sr}\n"));
+  EXPECT_EQ(c.model.family, eco::ModelFamily::Llama);
+  EXPECT_EQ(c.model.norm, eco::NormKind::RmsNorm);
+  EXPECT_EQ(c.model.mlp, eco::MlpKind::Swiglu);
+  EXPECT_EQ(c.model.positions, eco::PositionKind::Rope);
+  EXPECT_FALSE(c.model.linear_bias);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_EQ(c.optim.name, eco::OptimizerKind::Sgdm);
+  EXPECT_EQ(c.optim.schedule, eco::LrSchedule::Linear);
+  EXPECT_EQ(c.optim.state_dtype, eco::StateDType::Bf16);
+  EXPECT_EQ(c.data.source, eco::DataSource::Synthetic);
+  const eco::Treatment& t = c.precision.treatment;
+  EXPECT_TRUE(t.quantized);
+  EXPECT_EQ(t.format, eco::QFormat::INT4);
+  EXPECT_EQ(t.policy, eco::UpdatePolicy::Eco);
+  EXPECT_EQ(t.rounding, eco::Rounding::SR);
+  const std::string y = eco::to_yaml(c);
+  for (const char* line : {"family: llama", "name: sgdm", "schedule: linear", "state_dtype: bf16",
+                           "source: synthetic", "treatment: int4-eco-sr", "device: cpu"})
+    EXPECT_NE(y.find(line), std::string::npos) << line << " in\n" << y;
+  EXPECT_EQ(parse(y).precision.treatment.name, "int4-eco-sr");
+  const std::string fp = eco::model_fingerprint(c);
+  EXPECT_NE(fp.find("family=llama "), std::string::npos) << fp;
+  EXPECT_NE(fp.find("treatment=int4-eco-sr optimizer=sgdm state_dtype=bf16"), std::string::npos)
+      << fp;
+  const Config g = parse(base_yaml());
+  EXPECT_EQ(g.model.norm, eco::NormKind::LayerNorm);
+  EXPECT_EQ(g.model.mlp, eco::MlpKind::Gelu);
+  EXPECT_EQ(g.model.positions, eco::PositionKind::Learned);
+  EXPECT_TRUE(g.model.linear_bias);
+}
+
+TEST(ConfigError, UnknownEnumValuesNameTheValidOnes) {
+  expect_config_error(base_yaml("optim: {name: lion}\n"), {kOrigin, "optim.name", "'lion'",
+                                                           "'adamw' or 'sgdm'"});
+  expect_config_error(base_yaml("optim: {state_dtype: fp16}\n"),
+                      {kOrigin, "optim.state_dtype", "'fp16'", "'fp32' or 'bf16'"});
+  expect_config_error(base_yaml("optim: {schedule: step}\n"),
+                      {kOrigin, "optim.schedule", "'cosine', 'linear' or 'constant'"});
 }
 
 TEST(ConfigError, DeviceOtherThanCpuOrCudaIsRefused) {

@@ -50,8 +50,8 @@ TEST(Device, CudaIsRefusedWithTheReasonWhereItCannotRun) {
 // attention state of (B, NH, T) instead of (B, NH, T, T).
 TEST(Device, CudaPlanHasBf16ActivationsAndTheSameStaticMemory) {
   const Config c = tiny("cpu");
-  auto cpu = make_planning_backend("cpu");
-  auto gpu = make_planning_backend("cuda");
+  auto cpu = make_planning_backend(Device::Cpu);
+  auto gpu = make_planning_backend(Device::Cuda);
   Transformer a(c.model, *cpu, c.train.batch_size);
   Transformer b(c.model, *gpu, c.train.batch_size);
   EXPECT_EQ(cpu->ledger().static_bytes(), gpu->ledger().static_bytes());
@@ -62,12 +62,12 @@ TEST(Device, CudaPlanHasBf16ActivationsAndTheSameStaticMemory) {
 }
 
 // The CUDA plan includes the CUDA backend's workspaces for the model's shapes, recomputed here
-// from their definitions (kernels/common/cuda_workspaces.h documents them): GPT-2's shape, whose
+// from their definitions (kernels/cuda/workspace_plan.h documents them): GPT-2's shape, whose
 // vocabulary (50257) gets padded logits rows and a padded bf16 head weight, under an FP8
 // treatment; none on the CPU.
 TEST(Device, CudaPlanReservesTheCudaWorkspacesOfTheModelShapes) {
   ModelConfig m;
-  m.family = "gpt2";
+  m.set_family(ModelFamily::Gpt2);
   m.n_layer = 1;
   m.n_head = 12;
   m.d_model = 768;
@@ -82,7 +82,7 @@ TEST(Device, CudaPlanReservesTheCudaWorkspacesOfTheModelShapes) {
       if (e.name == name) b += e.bytes;
     return b;
   };
-  auto gpu = make_planning_backend("cuda");
+  auto gpu = make_planning_backend(Device::Cuda);
   Transformer model(m, *gpu, B, treatment_from_name("fp8-eco-sr"));
   const uint64_t ld = 1024, elems = 12 * 1024 * ld;  // NH * T * (T rounded up to 8)
   EXPECT_EQ(bytes_of(*gpu, "attention scores (GEMM path)"), 4 * elems + 2 * elems);
@@ -93,7 +93,7 @@ TEST(Device, CudaPlanReservesTheCudaWorkspacesOfTheModelShapes) {
   EXPECT_EQ(bytes_of(*gpu, "FP8 activation codes + scales"), uint64_t(N) * 3072 + 4 * N);
   EXPECT_EQ(bytes_of(*gpu, "cublaslt workspace"), 32ull << 20);
 
-  auto cpu = make_planning_backend("cpu");
+  auto cpu = make_planning_backend(Device::Cpu);
   Transformer on_cpu(m, *cpu, B, treatment_from_name("fp8-eco-sr"));
   EXPECT_EQ(bytes_of(*cpu, "attention scores (GEMM path)"), 0u);
   EXPECT_EQ(bytes_of(*cpu, "logits"), 4ull * N * 50257);
@@ -113,7 +113,7 @@ TEST(Device, CudaPlanLeavesOutTheScoreScratchWhenTheMmaPathRuns) {
     m.d_model = d_model;
     m.vocab_size = 64;
     m.seq_len = 64;
-    auto gpu = make_planning_backend("cuda");
+    auto gpu = make_planning_backend(Device::Cuda);
     Transformer model(m, *gpu, 2);
     uint64_t b = 0;
     for (const auto& e : gpu->ledger().entries())

@@ -10,9 +10,9 @@
 
 namespace {
 
-eco::ModelConfig tiny(const char* family) {
+eco::ModelConfig tiny(eco::ModelFamily family) {
   eco::ModelConfig m;
-  m.family = family;
+  m.set_family(family);
   m.n_layer = 2;
   m.n_head = 2;
   m.d_model = 8;
@@ -20,7 +20,7 @@ eco::ModelConfig tiny(const char* family) {
   m.vocab_size = 11;
   m.seq_len = 5;
   m.max_seq_len = 6;
-  m.tie_embeddings = std::string(family) == "gpt2";
+  m.tie_embeddings = family == eco::ModelFamily::Gpt2;
   return m;
 }
 
@@ -71,24 +71,26 @@ void check_model(const eco::ModelConfig& cfg) {
       p[idx] = orig;
       const double fd = (lp - lm) / (2 * h);
       const double tol = 1e-6 * std::max(std::abs(fd), std::abs(g[idx])) + 1e-9;
-      EXPECT_NEAR(g[idx], fd, tol) << cfg.family << " parameter " << s.name << " element "
+      EXPECT_NEAR(g[idx], fd, tol) << eco::enum_name(cfg.family) << " parameter " << s.name << " element "
                                    << idx - s.offset;
     }
   }
   upload();
 }
 
-TEST(ModelGradcheck, Gpt2WholeModelMatchesFiniteDifferencesInFloat64) { check_model(tiny("gpt2")); }
+TEST(ModelGradcheck, Gpt2WholeModelMatchesFiniteDifferencesInFloat64) {
+  check_model(tiny(eco::ModelFamily::Gpt2));
+}
 
 TEST(ModelGradcheck, LlamaWholeModelMatchesFiniteDifferencesInFloat64) {
-  check_model(tiny("llama"));
+  check_model(tiny(eco::ModelFamily::Llama));
 }
 
 TEST(ModelGradcheck, UntiedGpt2AndTiedLlamaAlsoMatch) {
-  auto a = tiny("gpt2");
+  auto a = tiny(eco::ModelFamily::Gpt2);
   a.tie_embeddings = false;
   check_model(a);
-  auto b = tiny("llama");
+  auto b = tiny(eco::ModelFamily::Llama);
   b.tie_embeddings = true;
   check_model(b);
 }
@@ -96,7 +98,7 @@ TEST(ModelGradcheck, UntiedGpt2AndTiedLlamaAlsoMatch) {
 // A smaller batch than allocated uses the leading rows only and gives the same gradients as a
 // model allocated for exactly that batch.
 TEST(ModelGradcheck, SmallerBatchThanAllocatedGivesSameGradients) {
-  const auto cfg = tiny("llama");
+  const auto cfg = tiny(eco::ModelFamily::Llama);
   auto be1 = eco::make_cpu_backend(eco::DType::F64);
   auto be2 = eco::make_cpu_backend(eco::DType::F64);
   eco::Transformer big(cfg, *be1, 4), exact(cfg, *be2, 1);

@@ -1,4 +1,4 @@
-// Specification tests of QTensor and the CPU reference quantize/dequantize (src/quant/qtensor.h):
+// Specification tests of QTensor and the CPU reference quantize/dequantize (core/qtensor.h, kernels/cpu/quantize.h):
 // scale groups, error bounds, absmax -> rho, INT4 packing, zero groups, and the Philox keying that
 // makes SR deterministic across thread counts (and, by construction, across backends).
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "core/rng.h"
 #include "kernels/common/philox.h"
-#include "quant/qtensor.h"
+#include "kernels/cpu/quantize.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 
 #include "core/rng.h"
 #include "model/backend.h"
-#include "quant/qtensor.h"
-#include "quant/treatment.h"
+#include "kernels/cpu/quantize.h"
+#include "core/treatment.h"
 
 namespace eco {
 namespace {

@@ -18,7 +18,7 @@ using eco::OptimConfig;
 
 namespace {
 
-OptimConfig schedule(const std::string& name, double lr = 1e-3, double final_lr_frac = 0.1) {
+OptimConfig schedule(eco::LrSchedule name, double lr = 1e-3, double final_lr_frac = 0.1) {
   OptimConfig o;
   o.schedule = name;
   o.lr = lr;
@@ -38,7 +38,7 @@ constexpr double kLrTol = 1e-12;
 
 eco::ModelConfig gpt2_124m() {
   eco::ModelConfig m;
-  m.family = "gpt2";
+  m.set_family(eco::ModelFamily::Gpt2);
   m.n_layer = 12;
   m.n_head = 12;
   m.d_model = 768;
@@ -52,7 +52,7 @@ eco::ModelConfig gpt2_124m() {
 
 eco::ModelConfig small_llama(bool tied) {
   eco::ModelConfig m;
-  m.family = "llama";
+  m.set_family(eco::ModelFamily::Llama);
   m.n_layer = 3;
   m.n_head = 4;
   m.d_model = 256;
@@ -77,7 +77,7 @@ int64_t llama_param_count(const eco::ModelConfig& m) {
 // ---- learning-rate schedule -------------------------------------------------------------------
 
 TEST(Schedule, WarmupRisesLinearlyFromLrOverWarmupToLr) {
-  const OptimConfig o = schedule("cosine");
+  const OptimConfig o = schedule(eco::LrSchedule::Cosine);
   const int64_t warmup = 10, total = 100;
   EXPECT_NEAR(eco::lr_at(o, 0, warmup, total), o.lr / warmup, kLrTol);
   for (int64_t s = 0; s < warmup; ++s)
@@ -87,14 +87,14 @@ TEST(Schedule, WarmupRisesLinearlyFromLrOverWarmupToLr) {
 }
 
 TEST(Schedule, CosineStartsAtLrAfterWarmupAndEndsAtFinalFractionOnTheLastStep) {
-  const OptimConfig o = schedule("cosine", 1e-3, 0.1);
+  const OptimConfig o = schedule(eco::LrSchedule::Cosine, 1e-3, 0.1);
   const int64_t warmup = 10, total = 111;
   EXPECT_NEAR(eco::lr_at(o, warmup, warmup, total), o.lr, kLrTol);
   EXPECT_NEAR(eco::lr_at(o, total - 1, warmup, total), 0.1 * o.lr, kLrTol);
 }
 
 TEST(Schedule, CosineDecaysMonotonically) {
-  const OptimConfig o = schedule("cosine");
+  const OptimConfig o = schedule(eco::LrSchedule::Cosine);
   const int64_t warmup = 10, total = 200;
   for (int64_t s = warmup; s + 1 < total; ++s)
     EXPECT_LE(eco::lr_at(o, s + 1, warmup, total), eco::lr_at(o, s, warmup, total)) << "step " << s;
@@ -102,7 +102,7 @@ TEST(Schedule, CosineDecaysMonotonically) {
 
 TEST(Schedule, CosineAtHalfwayEqualsTheMidpointValue) {
   // total - 1 - warmup = 100 decay steps, so step warmup + 50 is exactly half way.
-  const OptimConfig o = schedule("cosine", 1e-3, 0.1);
+  const OptimConfig o = schedule(eco::LrSchedule::Cosine, 1e-3, 0.1);
   const int64_t warmup = 10, total = 111;
   const double mid = eco::lr_at(o, warmup + 50, warmup, total);
   EXPECT_NEAR(mid, cosine_reference(o, warmup + 50, warmup, total), kLrTol);
@@ -110,7 +110,7 @@ TEST(Schedule, CosineAtHalfwayEqualsTheMidpointValue) {
 }
 
 TEST(Schedule, CosineMatchesItsFormulaAtEveryStep) {
-  const OptimConfig o = schedule("cosine", 6e-4, 0.0);
+  const OptimConfig o = schedule(eco::LrSchedule::Cosine, 6e-4, 0.0);
   const int64_t warmup = 5, total = 64;
   for (int64_t s = warmup; s < total; ++s)
     EXPECT_NEAR(eco::lr_at(o, s, warmup, total), cosine_reference(o, s, warmup, total), kLrTol)
@@ -118,7 +118,7 @@ TEST(Schedule, CosineMatchesItsFormulaAtEveryStep) {
 }
 
 TEST(Schedule, LinearDecaysInEqualStepsToFinalFraction) {
-  const OptimConfig o = schedule("linear", 1e-3, 0.2);
+  const OptimConfig o = schedule(eco::LrSchedule::Linear, 1e-3, 0.2);
   const int64_t warmup = 4, total = 25;  // 20 decay steps
   const double drop = o.lr * 0.8 / 20.0;
   for (int64_t s = warmup; s < total; ++s)
@@ -128,7 +128,7 @@ TEST(Schedule, LinearDecaysInEqualStepsToFinalFraction) {
 }
 
 TEST(Schedule, ConstantHoldsLrAfterWarmup) {
-  const OptimConfig o = schedule("constant");
+  const OptimConfig o = schedule(eco::LrSchedule::Constant);
   const int64_t warmup = 4, total = 50;
   EXPECT_NEAR(eco::lr_at(o, 0, warmup, total), o.lr / 4, kLrTol);
   for (int64_t s = warmup - 1; s < total; ++s)
@@ -136,22 +136,23 @@ TEST(Schedule, ConstantHoldsLrAfterWarmup) {
 }
 
 TEST(Schedule, WithoutWarmupStartsAtLr) {
-  for (const char* name : {"cosine", "linear", "constant"}) {
+  for (const eco::LrSchedule name :
+       {eco::LrSchedule::Cosine, eco::LrSchedule::Linear, eco::LrSchedule::Constant}) {
     const OptimConfig o = schedule(name);
-    EXPECT_EQ(eco::lr_at(o, 0, 0, 100), o.lr) << name;
+    EXPECT_EQ(eco::lr_at(o, 0, 0, 100), o.lr) << eco::enum_name(name);
   }
-  const OptimConfig o = schedule("cosine", 1e-3, 0.1);
+  const OptimConfig o = schedule(eco::LrSchedule::Cosine, 1e-3, 0.1);
   EXPECT_NEAR(eco::lr_at(o, 99, 0, 100), 0.1 * o.lr, kLrTol);
   EXPECT_NEAR(eco::lr_at(o, 50, 0, 101), cosine_reference(o, 50, 0, 101), kLrTol);
 }
 
 TEST(Schedule, StaysAtFinalValuePastTheLastStep) {
-  const OptimConfig o = schedule("cosine", 1e-3, 0.1);
+  const OptimConfig o = schedule(eco::LrSchedule::Cosine, 1e-3, 0.1);
   EXPECT_NEAR(eco::lr_at(o, 150, 10, 100), 0.1 * o.lr, kLrTol);
 }
 
 TEST(Schedule, SingleStepRunUsesFullLr) {
-  EXPECT_EQ(eco::lr_at(schedule("cosine"), 0, 0, 1), 1e-3);
+  EXPECT_EQ(eco::lr_at(schedule(eco::LrSchedule::Cosine), 0, 0, 1), 1e-3);
 }
 
 // ---- memory ledger ----------------------------------------------------------------------------
@@ -237,21 +238,21 @@ TEST(ParamTable, OnlyBlockLinearWeightsAreQuantizable) {
     int64_t expected = 0;
     for (const auto& s : t.specs) {
       const bool block_matrix = s.name.rfind("h.", 0) == 0 && s.shape.size() == 2;
-      EXPECT_EQ(s.quantizable, block_matrix) << m.family << " " << s.name;
+      EXPECT_EQ(s.quantizable, block_matrix) << eco::enum_name(m.family) << " " << s.name;
       if (block_matrix) expected += s.numel();
     }
     // Per block: qkv 3C^2 + proj C^2 + MLP in (H or 2H) x C + MLP out C x H.
     const int64_t C = m.d_model, H = m.mlp_hidden;
-    const int64_t per_block = 4 * C * C + (m.is_llama() ? 3 : 2) * H * C;
+    const int64_t per_block = 4 * C * C + (m.mlp == eco::MlpKind::Swiglu ? 3 : 2) * H * C;
     EXPECT_EQ(t.count_quantizable(), expected);
-    EXPECT_EQ(t.count_quantizable(), m.n_layer * per_block) << m.family;
+    EXPECT_EQ(t.count_quantizable(), m.n_layer * per_block) << eco::enum_name(m.family);
   }
 }
 
 TEST(ParamTable, WeightDecayOnlyOnMatrices) {
   for (const eco::ModelConfig& m : {gpt2_124m(), small_llama(false)}) {
     for (const auto& s : eco::build_param_table(m).specs)
-      EXPECT_EQ(s.weight_decay, s.shape.size() == 2) << m.family << " " << s.name;
+      EXPECT_EQ(s.weight_decay, s.shape.size() == 2) << eco::enum_name(m.family) << " " << s.name;
   }
 }
 

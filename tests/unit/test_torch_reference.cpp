@@ -53,7 +53,8 @@ double relative_error(double a, double b) { return std::abs(a - b) / std::abs(b)
 struct Reference {
   explicit Reference(const std::string& family)
       : fx(std::string(ECO_FIXTURE_DIR) + "/torch_reference_" + family + ".bin") {
-    model.family = fx.int_scalar("config.is_llama") ? "llama" : "gpt2";
+    model.set_family(fx.int_scalar("config.is_llama") ? eco::ModelFamily::Llama
+                                                      : eco::ModelFamily::Gpt2);
     model.vocab_size = fx.int_scalar("config.vocab_size");
     model.d_model = fx.int_scalar("config.d_model");
     model.n_head = fx.int_scalar("config.n_head");
@@ -70,7 +71,7 @@ struct Reference {
     optim.eps = fx.scalar("optim.eps");
     optim.weight_decay = fx.scalar("optim.weight_decay");
     optim.grad_clip = fx.scalar("optim.grad_clip");
-    optim.schedule = "constant";
+    optim.schedule = eco::LrSchedule::Constant;
     steps = fx.int_scalar("optim.steps");
     B = fx.int_scalar("config.batch");
     T = model.seq_len;

@@ -10,7 +10,8 @@
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
-#include "quant/treatment.h"
+#include "core/treatment.h"
+#include "kernels/cpu/quantize.h"
 #include "train/trainer.h"
 
 namespace eco {
@@ -55,10 +56,10 @@ TEST(Treatment, UnknownNameIsAUsageErrorListingTheValidOnes) {
 // optimizer state), from the ledger of a planned (not allocated) model. Every block linear of
 // this model has cols = 256 or 768 inputs; with one fp32 scale per row the scale overhead is
 // 4 bytes per row, i.e. 4 * rows / numel summed over the linears.
-double static_per_quantized(const std::string& treatment, const std::string& optim,
-                            const std::string& state, double* scale_bytes) {
+double static_per_quantized(const std::string& treatment, OptimizerKind optim, StateDType state,
+                            double* scale_bytes) {
   ModelConfig m;
-  m.family = "llama";
+  m.set_family(ModelFamily::Llama);
   m.n_layer = 2;
   m.n_head = 4;
   m.d_model = 256;
@@ -80,25 +81,28 @@ double static_per_quantized(const std::string& treatment, const std::string& opt
 TEST(MemoryLedger, PaperAccountingPerQuantizedParameter) {
   struct Case {
     const char* treatment;
-    const char* optim;
-    const char* state;
+    OptimizerKind optim;
+    StateDType state;
     double bytes;  // per quantized parameter, before the scales
     const char* why;
   };
+  constexpr OptimizerKind kAdamW = OptimizerKind::AdamW;
+  constexpr StateDType kFp32 = StateDType::Fp32, kBf16 = StateDType::Bf16;
   const Case cases[] = {
-      {"fp8-eco-sr", "adamw", "fp32", 9.0, "codes 1 + m 4 + v 4"},
-      {"fp8-naive-rtn", "adamw", "fp32", 9.0, "codes 1 + m 4 + v 4"},
-      {"fp8-mw-sr", "adamw", "fp32", 13.0, "master 4 + m 4 + v 4 + the forward's FP8 copy 1"},
-      {"fp8-eco-sr", "adamw", "bf16", 5.0, "codes 1 + m 2 + v 2"},
-      {"fp8-eco-sr", "sgdm", "bf16", 3.0, "codes 1 + momentum 2"},
-      {"fp32", "adamw", "fp32", 12.0, "weights 4 + m 4 + v 4"},
-      {"bf16-mw", "adamw", "fp32", 12.0, "master 4 + m 4 + v 4"},
-      {"int4-eco-sr", "adamw", "fp32", 8.5, "two codes per byte 0.5 + m 4 + v 4"},
+      {"fp8-eco-sr", kAdamW, kFp32, 9.0, "codes 1 + m 4 + v 4"},
+      {"fp8-naive-rtn", kAdamW, kFp32, 9.0, "codes 1 + m 4 + v 4"},
+      {"fp8-mw-sr", kAdamW, kFp32, 13.0, "master 4 + m 4 + v 4 + the forward's FP8 copy 1"},
+      {"fp8-eco-sr", kAdamW, kBf16, 5.0, "codes 1 + m 2 + v 2"},
+      {"fp8-eco-sr", OptimizerKind::Sgdm, kBf16, 3.0, "codes 1 + momentum 2"},
+      {"fp32", kAdamW, kFp32, 12.0, "weights 4 + m 4 + v 4"},
+      {"bf16-mw", kAdamW, kFp32, 12.0, "master 4 + m 4 + v 4"},
+      {"int4-eco-sr", kAdamW, kFp32, 8.5, "two codes per byte 0.5 + m 4 + v 4"},
   };
   for (const Case& c : cases) {
     double scales = 0;
     const double total = static_per_quantized(c.treatment, c.optim, c.state, &scales);
-    EXPECT_DOUBLE_EQ(total, c.bytes + scales) << c.treatment << " " << c.optim << " " << c.state
+    EXPECT_DOUBLE_EQ(total, c.bytes + scales) << c.treatment << " " << enum_name(c.optim) << " "
+                                              << enum_name(c.state)
                                               << ": " << c.why;
     // Per-row fp32 scales cost 4 / cols <= 4/256 per parameter; per-tensor far less.
     EXPECT_LT(scales, 0.016) << c.treatment;
@@ -133,7 +137,7 @@ TEST(ForwardCast, E4m3RowCastEqualsPerRowQuantizeDequantize) {
 // One Llama layer, d 32: every kind of parameter, small.
 ModelConfig tiny_llama() {
   ModelConfig m;
-  m.family = "llama";
+  m.set_family(ModelFamily::Llama);
   m.n_layer = 1;
   m.n_head = 2;
   m.d_model = 32;
@@ -217,7 +221,7 @@ std::vector<float> block_linears(Transformer& model) {
 }
 TrainResult train(const std::string& treatment) {
   ModelConfig m;
-  m.family = "llama";
+  m.set_family(ModelFamily::Llama);
   m.n_layer = 1;
   m.n_head = 2;
   m.d_model = 32;
@@ -227,7 +231,7 @@ TrainResult train(const std::string& treatment) {
   m.tie_embeddings = false;
   OptimConfig o;
   o.lr = 3e-5;
-  o.schedule = "constant";
+  o.schedule = LrSchedule::Constant;
   auto be = make_cpu_backend();
   Transformer model(m, *be, 8, treatment_from_name(treatment));
   Optimizer opt(o, model, 17);

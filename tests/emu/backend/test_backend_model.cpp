@@ -26,7 +26,7 @@
 #include "model/transformer.h"
 #include "model_run.h"
 #include "optim/optimizer.h"
-#include "quant/treatment.h"
+#include "core/treatment.h"
 
 namespace eco {
 namespace {

@@ -1,13 +1,14 @@
-// The precision treatment: one config value (`precision.treatment`) that selects how the block
-// linear weights are stored, whether a master copy exists, how they are updated, and what the
-// forward casts. The model never branches on it; ParamStore and the optimizer read it.
+// The precision treatment: one config value (`precision.treatment`), parsed once by the config
+// loader, that selects how the block linear weights are stored, whether a master copy exists,
+// how they are updated, and what the forward casts. The model never branches on it; the storage
+// policy (quant/storage_policy.h), ParamStore and the optimizer read it.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "kernels/common/eco_update.h"
 #include "kernels/common/qformat.h"
-#include "quant/qtensor.h"
+#include "kernels/common/scale_groups.h"
 
 namespace eco {
 

@@ -1,24 +1,27 @@
-// The CUDA backend's workspaces for a model's largest shapes: what CudaBackend reserves when the
-// model is built, and what --plan reports for device: cuda without a GPU (the planning backend).
-// Plain C++ so that both sides (and builds without CUDA) compute the same bytes.
+// The CUDA backend's layout decisions (activation dtype, attention state, logits stride) and its
+// workspaces for a model's largest shapes: what CudaBackend uses and reserves, and what --plan
+// reports for device: cuda without a GPU (the planning backend asks the same functions). Plain
+// C++ (workspace_plan.cpp too), so that CUDA and CPU-only builds compute the same bytes.
 #pragma once
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
 
 namespace eco {
 
-// The largest shapes a model runs, reported once by the Transformer (Backend::reserve_workspaces).
-struct WorkspaceShapes {
-  int64_t tokens = 0;             // B * T rows of activations
-  int seq_len = 0, d_model = 0, n_head = 0, vocab = 0;
-  int64_t widest_linear_in = 0;   // the largest C of a block linear's input (d_model or mlp hidden)
-  int64_t widest_linear_out = 0;  // the largest OC of a block linear (3 d_model or the mlp's fc)
-  int64_t largest_weight = 0;     // elements of the largest weight any GEMM reads (the head's)
-  bool fp8_activations = false;   // the forward casts block-linear inputs to E4M3 per row
-};
+struct WorkspaceShapes;      // model/backend.h
+enum class CudaAttention;    // kernels/common/cuda_attention.h
 
 namespace cuda_ws {
+
+// ---- layouts --------------------------------------------------------------------------------
+// Activations, their gradients and the logits are bf16 (Backend::act_dtype).
+constexpr DType kActivationDType = DType::BF16;
+// attention_forward saves each query's log-sum-exp (B, NH, T), not the probabilities.
+inline std::vector<int64_t> attention_state_shape(int B, int NH, int T) { return {B, NH, T}; }
 
 constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;  // Hopper's recommendation
 
@@ -40,11 +43,20 @@ inline bool attention_gemm_shape_ok(int C, int NH) { return NH > 0 && C % NH == 
 // the extra ones zero (cuda_backend.cpp, head_forward / head_backward).
 inline int padded_channels(int OC) { return (OC + 63) / 64 * 64; }
 inline bool pads_output_channels(int C, int OC) { return OC % 8 != 0 && C % 8 == 0; }
+// The row stride of the logits (Backend::logits_stride).
+inline int logits_stride(int V, int C) { return pads_output_channels(C, V) ? padded_channels(V) : V; }
 
 // FP8 forward: one row's activation codes (N, C) bytes, 256-byte aligned, then N fp32 scales.
 inline size_t fp8_activation_bytes(int64_t N, int64_t C) {
   return round_up_256(size_t(N) * size_t(C)) + sizeof(float) * size_t(N);
 }
+
+// ---- workspaces -----------------------------------------------------------------------------
+// Their names in the memory ledger.
+constexpr const char* kCublasLtWorkspaceName = "cublaslt workspace";
+constexpr const char* kAttentionScoresName = "attention scores (GEMM path)";
+constexpr const char* kWeightBf16Name = "bf16 weight for the GEMMs";
+constexpr const char* kFp8ActivationsName = "FP8 activation codes + scales";
 
 // The reservation for a model's shapes, in bytes per workspace (0: not needed).
 // fp8_accumulator_sm89: the fp32 sums (N, widest OC) of sm_89's row-scaled FP8 forward (a unit-
@@ -52,20 +64,11 @@ inline size_t fp8_activation_bytes(int64_t N, int64_t C) {
 struct Reservation {
   size_t attention_scores = 0, weight_bf16 = 0, fp8_activations = 0, fp8_accumulator_sm89 = 0;
 };
-inline Reservation reservation(const WorkspaceShapes& w) {
-  Reservation r;
-  if (attention_gemm_shape_ok(w.d_model, w.n_head))
-    r.attention_scores = attention_scores_bytes(w.seq_len, w.n_head);
-  int64_t weight = w.largest_weight;
-  if (pads_output_channels(w.d_model, w.vocab))
-    weight = std::max<int64_t>(weight, int64_t(padded_channels(w.vocab)) * w.d_model);
-  r.weight_bf16 = sizeof(uint16_t) * size_t(weight);
-  if (w.fp8_activations) {
-    r.fp8_activations = fp8_activation_bytes(w.tokens, w.widest_linear_in);
-    r.fp8_accumulator_sm89 = sizeof(float) * size_t(w.tokens) * size_t(w.widest_linear_out);
-  }
-  return r;
-}
+Reservation reservation(const WorkspaceShapes& w);
+
+// Whether the attention scores workspace is reserved: whether the GEMM path runs the model's
+// attention, given the request (ECO_CUDA_ATTENTION) and whether the mma path takes its shapes.
+bool reserves_attention_scores(CudaAttention request, bool mma_takes_shapes);
 
 }  // namespace cuda_ws
 }  // namespace eco

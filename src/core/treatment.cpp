@@ -1,5 +1,5 @@
 // The treatment table: names -> storage, master copy, update rule, forward casts.
-#include "quant/treatment.h"
+#include "core/treatment.h"
 
 #include "core/error.h"
 
