@@ -83,7 +83,7 @@ Trainer::Trainer(const Config& cfg) : cfg_(cfg) {
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   backend_ = make_backend(cfg_.device);
   model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
-                                         cfg_.precision.treatment);
+                                         cfg_.precision.treatment, cfg_.precision.quantize);
   opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed);
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,
@@ -399,13 +399,17 @@ int Trainer::run(const RunOptions& opts) {
 std::string plan_report(const Config& cfg) {
   auto be = make_planning_backend(cfg.device);
   Transformer model(cfg.model, *be, cfg.train.batch_size,
-                    cfg.precision.treatment);
+                    cfg.precision.treatment, cfg.precision.quantize);
   Optimizer opt(cfg.optim, model);
   const auto& ledger = be->ledger();
   const int64_t q = model.table().count_quantizable();
   std::string s = model.table().describe() + "\n" + ledger.table();
   s += fmt::format("treatment {}, optimizer {} with {} state\n", cfg.precision.treatment,
                    cfg.optim.name, cfg.optim.state_dtype);
+  s += fmt::format("quantize {} ({})\n", cfg.precision.quantize,
+                   cfg.precision.quantize == QuantizeScope::Blocks
+                       ? "the treatment applies to every block linear"
+                       : "the treatment applies to the experts' weights only");
   s += fmt::format("static bytes per parameter: {:.2f}\n",
                    double(ledger.static_bytes()) / double(model.table().total));
   if (q > 0)
