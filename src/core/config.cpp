@@ -442,7 +442,10 @@ std::string to_yaml(const Config& c) {
   e << YAML::EndMap;
   e << YAML::Key << "precision" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "treatment" << YAML::Value << c.precision.treatment.name;
-  e << YAML::Key << "quantize" << YAML::Value << enum_name(c.precision.quantize);
+  // Only when not the default: the resolved config is part of the checkpoint stream, which
+  // default runs keep byte for byte.
+  if (c.precision.quantize != QuantizeScope::Blocks)
+    e << YAML::Key << "quantize" << YAML::Value << enum_name(c.precision.quantize);
   e << YAML::EndMap;
   e << YAML::Key << "device" << YAML::Value << enum_name(c.device);
   e << YAML::EndMap;

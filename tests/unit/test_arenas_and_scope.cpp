@@ -74,7 +74,9 @@ TEST(ParamArenas, EveryParameterIsAViewInsideItsArenaWithoutOverlap) {
     for (const Arena& a : opt.moment_arenas()) expect_sound_arena(a);
     size_t quantized = 0;
     for (size_t i = 0; i < store.size(); ++i) {
-      if (!store.value(i).empty()) EXPECT_TRUE(inside(store.value(i), values));
+      if (!store.value(i).empty()) {
+        EXPECT_TRUE(inside(store.value(i), values));
+      }
       if (!store.quantized(i)) continue;
       ++quantized;
       EXPECT_TRUE(inside(store.qtensor(i).codes, codes));
@@ -262,6 +264,7 @@ TEST(QuantizeScope, ConfigKeyParsesValidatesAndStaysOutOfDefaultFingerprints) {
   EXPECT_EQ(model_fingerprint(def).find("quantize"), std::string::npos);
   EXPECT_NE(model_fingerprint(ex).find("quantize=experts"), std::string::npos);
   EXPECT_NE(to_yaml(ex).find("quantize: experts"), std::string::npos);
+  EXPECT_EQ(to_yaml(def).find("quantize"), std::string::npos);
   EXPECT_EQ(parse_config(to_yaml(ex), "resolved").precision.quantize, QuantizeScope::Experts);
   try {
     parse_config(yaml, "t.yaml", {"precision.quantize=layers"});
