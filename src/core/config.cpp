@@ -38,6 +38,7 @@ constexpr EnumNames<LrSchedule, 3> kScheduleNames{{"cosine", "linear", "constant
 constexpr EnumNames<StateDType, 2> kStateDTypeNames{{"fp32", "bf16"}};
 constexpr EnumNames<DataSource, 2> kDataSourceNames{{"shards", "synthetic"}};
 constexpr EnumNames<Device, 2> kDeviceNames{{"cpu", "cuda"}};
+constexpr EnumNames<QuantizeScope, 2> kQuantizeScopeNames{{"blocks", "experts"}};
 
 // "'a' or 'b'", "'a', 'b' or 'c'": the valid values in a message.
 template <class E, size_t N>
@@ -306,6 +307,7 @@ Config from_node(YAML::Node root, const std::string& origin) {
     SectionReader r(root["precision"], "precision", origin);
     std::string name = c.precision.treatment.name;
     r.get("treatment", name);
+    r.get_enum("quantize", c.precision.quantize, kQuantizeScopeNames);
     r.finish();
     try {
       c.precision.treatment = treatment_from_name(name);
@@ -328,6 +330,7 @@ const char* enum_name(NormKind v) { return kNormNames(v); }
 const char* enum_name(MlpKind v) { return kMlpNames(v); }
 const char* enum_name(PositionKind v) { return kPositionNames(v); }
 const char* enum_name(OptimizerKind v) { return kOptimizerNames(v); }
+const char* enum_name(QuantizeScope v) { return kQuantizeScopeNames(v); }
 const char* enum_name(LrSchedule v) { return kScheduleNames(v); }
 const char* enum_name(StateDType v) { return kStateDTypeNames(v); }
 const char* enum_name(DataSource v) { return kDataSourceNames(v); }
@@ -439,6 +442,10 @@ std::string to_yaml(const Config& c) {
   e << YAML::EndMap;
   e << YAML::Key << "precision" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "treatment" << YAML::Value << c.precision.treatment.name;
+  // Only when not the default: the resolved config is part of the checkpoint stream, which
+  // default runs keep byte for byte.
+  if (c.precision.quantize != QuantizeScope::Blocks)
+    e << YAML::Key << "quantize" << YAML::Value << enum_name(c.precision.quantize);
   e << YAML::EndMap;
   e << YAML::Key << "device" << YAML::Value << enum_name(c.device);
   e << YAML::EndMap;
@@ -447,12 +454,17 @@ std::string to_yaml(const Config& c) {
 
 std::string model_fingerprint(const Config& c) {
   const auto& m = c.model;
+  // The quantization scope only when it is not the default, so that checkpoints written before
+  // the key existed (and default runs since) keep their fingerprint.
+  const std::string scope = c.precision.quantize == QuantizeScope::Blocks
+                                ? std::string()
+                                : fmt::format(" quantize={}", enum_name(c.precision.quantize));
   return fmt::format(
       "family={} n_layer={} n_head={} d_model={} mlp_hidden={} vocab_size={} max_seq_len={} "
       "tie_embeddings={} treatment={} optimizer={} state_dtype={}",
       enum_name(m.family), m.n_layer, m.n_head, m.d_model, m.mlp_hidden, m.vocab_size,
       m.max_seq_len, m.tie_embeddings, c.precision.treatment.name, enum_name(c.optim.name),
-      enum_name(c.optim.state_dtype));
+      enum_name(c.optim.state_dtype)) + scope;
 }
 
 }  // namespace eco

@@ -25,6 +25,9 @@ enum class OptimizerKind : uint8_t { AdamW, Sgdm };
 enum class LrSchedule : uint8_t { Cosine, Linear, Constant };
 enum class StateDType : uint8_t { Fp32, Bf16 };
 enum class DataSource : uint8_t { Shards, Synthetic };
+// Which parameters a quantized treatment applies to: every block linear (blocks), or only the
+// experts' linear weights (experts: the paper's SMoE recipe; a dense model then has none).
+enum class QuantizeScope : uint8_t { Blocks, Experts };
 
 // The config name of each value ("gpt2", "adamw", "cosine", ...; structure kinds: "layernorm",
 // "rmsnorm", "gelu", "swiglu", "learned", "rope").
@@ -36,6 +39,7 @@ const char* enum_name(OptimizerKind v);
 const char* enum_name(LrSchedule v);
 const char* enum_name(StateDType v);
 const char* enum_name(DataSource v);
+const char* enum_name(QuantizeScope v);
 
 struct ModelConfig {
   // The family names the model (config, fingerprint); the model reads the structure below,
@@ -111,6 +115,7 @@ struct TrainConfig {
 
 struct PrecisionConfig {
   Treatment treatment;  // fp32 by default; the names are core/treatment.h's
+  QuantizeScope quantize = QuantizeScope::Blocks;  // which parameters the treatment applies to
 };
 
 struct Config {

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 
 namespace eco {
 
@@ -16,6 +18,7 @@ const char* mem_category_name(MemCategory c) {
     case MemCategory::Grads: return "grads";
     case MemCategory::Activations: return "activations";
     case MemCategory::Workspace: return "workspace";
+    case MemCategory::Padding: return "arena_padding";
     case MemCategory::Count: break;
   }
   return "?";
@@ -25,6 +28,19 @@ void MemoryLedger::record(std::string name, MemCategory category, uint64_t bytes
                           bool quantizable_param) {
   totals_[size_t(category)] += bytes;
   entries_.push_back({std::move(name), category, bytes, quantizable_param});
+}
+
+void MemoryLedger::split_last(std::vector<Entry> parts) {
+  if (entries_.empty()) throw std::logic_error("MemoryLedger::split_last: no entry");
+  const Entry whole = entries_.back();
+  uint64_t sum = 0;
+  for (const auto& p : parts) sum += p.bytes;
+  if (sum != whole.bytes)
+    throw std::logic_error(fmt::format("MemoryLedger::split_last: parts of '{}' add up to {} bytes, not {}",
+                                       whole.name, sum, whole.bytes));
+  entries_.pop_back();
+  totals_[size_t(whole.category)] -= whole.bytes;
+  for (auto& p : parts) record(std::move(p.name), p.category, p.bytes, p.quantizable_param);
 }
 
 static bool is_static(MemCategory c) {

@@ -17,6 +17,7 @@ enum class MemCategory : uint8_t {
   Grads,        // parameter gradients
   Activations,  // forward activations kept for backward
   Workspace,    // scratch (backward temporaries, logits, GEMM workspace)
+  Padding,      // alignment gaps between the tensors of a parameter or optimizer-state arena
   Count
 };
 const char* mem_category_name(MemCategory c);
@@ -32,6 +33,9 @@ class MemoryLedger {
 
   void record(std::string name, MemCategory category, uint64_t bytes,
               bool quantizable_param = false);
+  // Replaces the last entry (one allocation holding several tensors: an arena) by the entries of
+  // its parts, whose bytes must add up to its bytes; the categories are the parts'.
+  void split_last(std::vector<Entry> parts);
   uint64_t total(MemCategory c) const { return totals_[size_t(c)]; }
   uint64_t total() const;
   // Static memory as the ECO paper counts it: weights (codes + scales + master) + optimizer state.

@@ -8,36 +8,53 @@
 
 namespace eco {
 
-ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Backend& be)
-    : table_(table), treatment_(treatment), be_(be), value_(table.specs.size()),
+ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Backend& be,
+                       QuantizeScope scope)
+    : table_(table), treatment_(treatment), scope_(scope), be_(be), value_(table.specs.size()),
       qt_(table.specs.size()) {
   const bool quantizing = treatment_.quantized || treatment_.bf16_weights;
   if (quantizing && be_.dtype() != DType::F32)
     usage_error("precision.treatment '{}' runs in fp32 on this backend, not {}", treatment_.name,
                 dtype_name(be_.dtype()));
+  ArenaBuilder values("parameter values", be_.dtype()), codes("quantized codes", DType::U8),
+      scales("quantization scales", DType::F32);
+  constexpr size_t kNone = size_t(-1);
+  std::vector<size_t> value_slot(table.specs.size(), kNone), code_slot(value_slot);
   int64_t largest = 0;
   for (size_t i = 0; i < table.specs.size(); ++i) {
     const ParamSpec& s = table.specs[i];
-    const ParamStorage& st = storage_.emplace_back(storage_policy(treatment_, s.quantizable));
+    const ParamStorage& st = storage_.emplace_back(
+        storage_policy(treatment_, scope_, {s.quantizable, s.role == ParamRole::Expert}));
     if (st.quantized) {
-      QTensor t;
-      t.format = st.format;
-      t.granularity = st.granularity;
-      t.rows = s.shape[0];
-      t.cols = s.shape[1];
-      t.codes = be_.alloc(s.name + ".codes", {code_bytes(t.format, t.rows * t.cols)}, DType::U8,
-                          MemCategory::QuantCodes, true);
-      t.scales = be_.alloc(s.name + ".scales",
-                           {num_scales(t.granularity, t.rows, t.cols)}, DType::F32,
-                           MemCategory::Scales, true);
-      qt_[i] = t;
+      const int64_t rows = s.shape[0], cols = s.shape[1];
+      code_slot[i] = codes.add(s.name + ".codes", {code_bytes(st.format, rows * cols)},
+                               MemCategory::QuantCodes, true);
+      scales.add(s.name + ".scales", {num_scales(st.granularity, rows, cols)},
+                 MemCategory::Scales, true);
     }
     if (st.value)
-      value_[i] = be_.alloc(s.name + (st.master ? ".master" : ""), s.shape, be_.dtype(),
-                            st.master ? MemCategory::Master : MemCategory::Weights,
-                            s.quantizable);
+      value_slot[i] = values.add(s.name + (st.master ? ".master" : ""), s.shape,
+                                 st.master ? MemCategory::Master : MemCategory::Weights,
+                                 s.quantizable);
     // The scratch that compute views (dequantized or bf16-rounded weights) are written to.
     if (st.quantized || st.bf16_compute) largest = std::max(largest, s.numel());
+  }
+  arenas_[size_t(ParamArena::Values)] = values.allocate(be_);
+  arenas_[size_t(ParamArena::Codes)] = codes.allocate(be_);
+  arenas_[size_t(ParamArena::Scales)] = scales.allocate(be_);
+  for (size_t i = 0; i < table.specs.size(); ++i) {
+    if (value_slot[i] != kNone) value_[i] = arena(ParamArena::Values).view(value_slot[i]);
+    if (code_slot[i] == kNone) continue;
+    // A QTensor's codes and scales have the same slot index in their two arenas.
+    QTensor t;
+    t.format = storage_[i].format;
+    t.granularity = storage_[i].granularity;
+    t.rows = table.specs[i].shape[0];
+    t.cols = table.specs[i].shape[1];
+    t.codes = arena(ParamArena::Codes).view(code_slot[i]);
+    t.scales = arena(ParamArena::Scales).view(code_slot[i]);
+    check_qtensor_layout(t);
+    qt_[i] = t;
   }
   if (largest > 0)
     scratch_ = be_.alloc("dequantized_weight_scratch", {largest}, DType::F32,
@@ -61,8 +78,9 @@ Tensor ParamStore::compute(size_t i) {
 }
 
 ParamStore::LinearWeight ParamStore::linear_weight(size_t i) {
-  if (!quantized(i)) return {nullptr, Tensor{}, compute(i)};
-  return {&*qt_[i], scratch_.slice(0, table_.specs[i].shape), Tensor{}};
+  const ActCast act = storage_[i].act;
+  if (!quantized(i)) return {nullptr, Tensor{}, compute(i), act};
+  return {&*qt_[i], scratch_.slice(0, table_.specs[i].shape), Tensor{}, act};
 }
 
 void ParamStore::init(uint64_t seed) {

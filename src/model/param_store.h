@@ -1,8 +1,9 @@
 // ParamStore: the parameters' memory, laid out as the storage policy (quant/storage_policy.h)
-// says for the run's treatment. Plain parameters (and every parameter under fp32) are one tensor
-// in the backend dtype; block linears under a quantized treatment are a QTensor (codes +
-// scales), plus a fp32 master under *-mw-*. The forward and backward ask for a compute view;
-// nothing else knows how a weight is stored.
+// says for the run's treatment and quantization scope. Plain parameters (and every parameter
+// under fp32) are one tensor in the backend dtype; block linears under a quantized treatment are
+// a QTensor (codes + scales), plus a fp32 master under *-mw-*. Each storage kind is one arena
+// (model/arena.h). The forward and backward ask for a compute view; nothing else knows how a
+// weight is stored.
 #pragma once
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/arena.h"
 #include "model/backend.h"
 #include "model/param_table.h"
 #include "core/treatment.h"
@@ -17,12 +19,22 @@
 
 namespace eco {
 
+// The storage kinds, one arena each: values (plain parameters and masters, backend dtype),
+// codes (every QTensor's code bytes, u8), scales (every QTensor's scales, fp32).
+enum class ParamArena : uint8_t { Values, Codes, Scales };
+
 class ParamStore {
  public:
-  ParamStore(const ParamTable& table, const Treatment& treatment, Backend& backend);
+  ParamStore(const ParamTable& table, const Treatment& treatment, Backend& backend,
+             QuantizeScope scope = QuantizeScope::Blocks);
 
   const ParamTable& table() const { return table_; }
   const Treatment& treatment() const { return treatment_; }
+  QuantizeScope scope() const { return scope_; }
+  // How parameter i is stored (the storage policy's answer for its spec).
+  const ParamStorage& storage(size_t i) const { return storage_[i]; }
+  // One storage kind's whole buffer and its table of tensors (name, offset, shape).
+  const Arena& arena(ParamArena kind) const { return arenas_[size_t(kind)]; }
   size_t size() const { return table_.specs.size(); }
   // Stored as codes + scales (a block linear under a quantized treatment).
   bool quantized(size_t i) const { return qt_[i].has_value(); }
@@ -46,6 +58,7 @@ class ParamStore {
     const QTensor* quantized = nullptr;
     Tensor scratch;  // with quantized
     Tensor dense;    // without
+    ActCast act = ActCast::None;  // the cast of this linear's input (ParamStorage::act)
   };
   LinearWeight linear_weight(size_t i);
 
@@ -63,7 +76,9 @@ class ParamStore {
  private:
   const ParamTable& table_;
   Treatment treatment_;
+  QuantizeScope scope_;
   Backend& be_;
+  Arena arenas_[3];  // by ParamArena
   std::vector<ParamStorage> storage_;  // per parameter, from the storage policy
   std::vector<Tensor> value_;
   std::vector<std::optional<QTensor>> qt_;

@@ -16,9 +16,13 @@ const char* param_role_name(ParamRole r) {
     case ParamRole::Bias: return "bias";
     case ParamRole::Linear: return "linear";
     case ParamRole::Head: return "head";
+    case ParamRole::Expert: return "expert";
+    case ParamRole::Router: return "router";
   }
   return "?";
 }
+
+bool role_quantizable(ParamRole r) { return r == ParamRole::Linear || r == ParamRole::Expert; }
 
 const ParamSpec& ParamTable::operator[](const std::string& name) const {
   for (const auto& s : specs)
@@ -60,7 +64,7 @@ ParamTable build_param_table(const ModelConfig& m) {
   auto add = [&](std::string name, std::vector<int64_t> shape, ParamRole role, float std_,
                  float value = 0.0f) {
     const bool matrix = shape.size() == 2;
-    ParamSpec s{std::move(name), std::move(shape), role, role == ParamRole::Linear, matrix,
+    ParamSpec s{std::move(name), std::move(shape), role, role_quantizable(role), matrix,
                 std_, value, t.total};
     t.total += s.numel();
     t.specs.push_back(std::move(s));

@@ -16,14 +16,18 @@ enum class ParamRole : uint8_t {
   Bias,        // linear bias
   Linear,      // linear weight inside a transformer block (quantizable)
   Head,        // untied output head
+  Expert,      // an MoE expert's linear weight (quantizable; issue 7's MoE MLP)
+  Router,      // an MoE router's weight (never quantized: routing decisions stay exact)
 };
 const char* param_role_name(ParamRole r);
+// Whether a parameter of this role may be stored quantized (block linears and expert linears).
+bool role_quantizable(ParamRole r);
 
 struct ParamSpec {
   std::string name;            // e.g. "h.3.attn.qkv.weight"
   std::vector<int64_t> shape;  // (out_features, in_features) for linear weights
   ParamRole role;
-  bool quantizable;            // linear layers inside blocks (the paper quantizes only these)
+  bool quantizable;            // role_quantizable(role): block and expert linears
   bool weight_decay;           // matrices yes; gains and biases no
   float init_std;              // normal(0, init_std); 0 -> constant init_value
   float init_value;

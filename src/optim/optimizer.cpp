@@ -10,14 +10,32 @@ Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed)
   Backend& be = model.backend();
   ParamStore& store = model.store();
   const auto& specs = model.table().specs;
+  // One arena per moment and dtype; m_slot[i], v_slot[i]: parameter i's (arena, slot).
+  std::vector<ArenaBuilder> builders;
+  auto builder = [&](char moment, DType dt) -> size_t {
+    const std::string name = fmt::format("{} {}", moment, dtype_name(dt));
+    for (size_t b = 0; b < builders.size(); ++b)
+      if (builders[b].name() == name) return b;
+    builders.emplace_back(name, dt);
+    return builders.size() - 1;
+  };
+  std::vector<std::pair<size_t, size_t>> m_slot(specs.size()), v_slot(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& s = specs[i];
     const bool q = store.quantized(i);
     const DType dt = q && cfg.state_dtype == StateDType::Bf16 ? DType::BF16 : (q ? DType::F32 : be.dtype());
-    m_.push_back(be.alloc(s.name + ".m", s.shape, dt, MemCategory::OptState, s.quantizable));
-    v_.push_back(adamw_ ? be.alloc(s.name + ".v", s.shape, dt, MemCategory::OptState,
-                                   s.quantizable)
-                        : Tensor{});
+    const size_t bm = builder('m', dt);
+    m_slot[i] = {bm, builders[bm].add(s.name + ".m", s.shape, MemCategory::OptState,
+                                             s.quantizable)};
+    if (!adamw_) continue;
+    const size_t bv = builder('v', dt);
+    v_slot[i] = {bv, builders[bv].add(s.name + ".v", s.shape, MemCategory::OptState,
+                                             s.quantizable)};
+  }
+  for (const auto& b : builders) arenas_.push_back(b.allocate(be));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    m_.push_back(arenas_[m_slot[i].first].view(m_slot[i].second));
+    v_.push_back(adamw_ ? arenas_[v_slot[i].first].view(v_slot[i].second) : Tensor{});
   }
 }
 

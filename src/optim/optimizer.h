@@ -15,7 +15,8 @@ namespace eco {
 class Optimizer {
  public:
   // Allocates the moments (m, and v for AdamW): backend dtype for plain parameters, and
-  // cfg.state_dtype (fp32 or bf16) for quantized ones. `seed` keys the SR random streams.
+  // cfg.state_dtype (fp32 or bf16) for quantized ones, one arena per moment and dtype
+  // (model/arena.h). `seed` keys the SR random streams.
   Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed = 0);
 
   // The L2 norm of all gradients (computed in double).
@@ -26,13 +27,17 @@ class Optimizer {
   void set_steps_taken(int64_t t) { t_ = t; }  // resume
   // Every persistent tensor (moments), named, for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
+  // The moments' arenas ("m f32", "v f32", and "m bf16", "v bf16" under state_dtype bf16): each
+  // one buffer with its table of tensors.
+  const std::vector<Arena>& moment_arenas() const { return arenas_; }
 
  private:
   OptimConfig cfg_;
   Transformer& model_;
   uint64_t seed_;
   bool adamw_;
-  std::vector<Tensor> m_, v_;
+  std::vector<Arena> arenas_;
+  std::vector<Tensor> m_, v_;  // per parameter: views into arenas_
   std::vector<PlainUpdate> plain_;  // this step's unquantized updates (kept: no per-step allocation)
   int64_t t_ = 0;
 };

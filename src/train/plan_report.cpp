@@ -11,13 +11,18 @@ namespace eco {
 
 std::string plan_report(const Config& cfg) {
   auto be = make_planning_backend(cfg.device);
-  Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment);
+  Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
+                    cfg.precision.quantize);
   Optimizer opt(cfg.optim, model);
   const auto& ledger = be->ledger();
   const int64_t q = model.table().count_quantizable();
   std::string s = model.table().describe() + "\n" + ledger.table();
   s += fmt::format("treatment {}, optimizer {} with {} state\n", cfg.precision.treatment.name,
                    cfg.optim.name, cfg.optim.state_dtype);
+  s += fmt::format("quantize {} ({})\n", cfg.precision.quantize,
+                   cfg.precision.quantize == QuantizeScope::Blocks
+                       ? "the treatment applies to every block linear"
+                       : "the treatment applies to the experts' weights only");
   s += fmt::format("static bytes per parameter: {:.2f}\n",
                    double(ledger.static_bytes()) / double(model.table().total));
   if (q > 0)

@@ -24,7 +24,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx)
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   backend_ = make_backend(cfg_.device);
   model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
-                                         cfg_.precision.treatment);
+                                         cfg_.precision.treatment, cfg_.precision.quantize);
   opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed);
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,

@@ -1,0 +1,47 @@
+// Parameter lookups and the family's norms over the Backend interface.
+#include "model/model_context.h"
+
+namespace eco {
+
+int ModelContext::index(const std::string& name) const {
+  const auto& specs = store.table().specs;
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == name) return int(i);
+  return -1;
+}
+
+Tensor ModelContext::g(int i) const {
+  if (i < 0) return Tensor{};
+  const ParamSpec& s = store.table().specs[size_t(i)];
+  return grads.slice(s.offset, s.shape);
+}
+
+void norm_forward(const ModelContext& ctx, const NormActs& a, const Tensor& inp, NormRef p,
+                  int N) {
+  const ModelConfig& m = ctx.cfg;
+  if (m.norm == NormKind::RmsNorm)
+    ctx.be.rmsnorm_forward(a.out, a.rstd, inp, ctx.w(p.weight), N, m.d_model, m.norm_eps);
+  else
+    ctx.be.layernorm_forward(a.out, a.mean, a.rstd, inp, ctx.w(p.weight), ctx.w(p.bias), N,
+                             m.d_model, m.norm_eps);
+}
+
+void residual_norm_forward(const ModelContext& ctx, const Tensor& resid, const NormActs& a,
+                           const Tensor& x, const Tensor& y, NormRef p, int N) {
+  const bool rms = ctx.cfg.norm == NormKind::RmsNorm;
+  ctx.be.residual_norm_forward(resid, a.out, rms ? Tensor{} : a.mean, a.rstd, x, y,
+                               ctx.w(p.weight), rms ? Tensor{} : ctx.w(p.bias), N,
+                               ctx.cfg.d_model, ctx.cfg.norm_eps, rms);
+}
+
+void norm_backward(const ModelContext& ctx, const Tensor& dinp, const Tensor& dout,
+                   const Tensor& inp, NormRef p, const NormActs& a, int N) {
+  const int C = ctx.cfg.d_model;
+  if (ctx.cfg.norm == NormKind::RmsNorm)
+    ctx.be.rmsnorm_backward(dinp, ctx.g(p.weight), dout, inp, ctx.w(p.weight), a.rstd, N, C);
+  else
+    ctx.be.layernorm_backward(dinp, ctx.g(p.weight), ctx.g(p.bias), dout, inp, ctx.w(p.weight),
+                              a.mean, a.rstd, N, C);
+}
+
+}  // namespace eco

@@ -1,0 +1,51 @@
+// What the model's parts (attention, MLP, norms, linears) share: the config, the backend, the
+// parameter store and the flat gradient buffer, with lookups by table index; plus the norms,
+// which every part calls (plain, or fused with the residual add before them).
+#pragma once
+#include <string>
+
+#include "core/config.h"
+#include "model/backend.h"
+#include "model/param_store.h"
+
+namespace eco {
+
+struct ModelContext {
+  const ModelConfig& cfg;
+  Backend& be;
+  ParamStore& store;
+  const Tensor& grads;  // all gradients, laid out in table order (ParamSpec::offset)
+
+  // Index into the parameter table; -1 when the family has no such parameter.
+  int index(const std::string& name) const;
+  // Parameter i's compute view (ParamStore::compute); empty for -1.
+  Tensor w(int i) const { return i < 0 ? Tensor{} : store.compute(size_t(i)); }
+  // Parameter i's gradient, a view of grads; empty for -1.
+  Tensor g(int i) const;
+};
+
+// A norm's parameters (bias -1 for RMSNorm) and the activations its forward saves.
+struct NormRef {
+  int weight = -1, bias = -1;
+};
+struct NormActs {
+  Tensor out, mean, rstd;  // (N, C), (N), (N); mean unused by RMSNorm
+};
+
+// out = the family's norm of inp (LayerNorm or RMSNorm).
+void norm_forward(const ModelContext& ctx, const NormActs& a, const Tensor& inp, NormRef p, int N);
+// resid = x + y, then the family's norm of resid (Backend::residual_norm_forward, fused on CUDA).
+void residual_norm_forward(const ModelContext& ctx, const Tensor& resid, const NormActs& a,
+                           const Tensor& x, const Tensor& y, NormRef p, int N);
+// dinp += the norm's input gradient from dout; its weight and bias gradients accumulate.
+void norm_backward(const ModelContext& ctx, const Tensor& dinp, const Tensor& dout,
+                   const Tensor& inp, NormRef p, const NormActs& a, int N);
+
+// The temporaries one layer uses while it runs, one set shared by every layer (act_dtype; d_att
+// in dtype): out_c holds a half-block's output before its residual add, the rest the backward's
+// gradients.
+struct BlockScratch {
+  Tensor d_resid, d_norm, d_qkv, d_qkv_rope, d_atty, d_fc, d_act, d_att, out_c;
+};
+
+}  // namespace eco
