@@ -85,7 +85,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    f32_to_bf16_kernel(__nv_bfloat16* __restrict__ out, const float* __restrict__ in,
+                       int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
 }  // namespace
+
+cudaError_t f32_to_bf16(__nv_bfloat16* out, const float* in, int64_t n, cudaStream_t s) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (out == nullptr || in == nullptr) return cudaErrorInvalidValue;
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  f32_to_bf16_kernel<<<unsigned(blocks < 4096 ? blocks : 4096), kThreads, 0, s>>>(out, in, n);
+  return cudaGetLastError();
+}
 
 cudaError_t bf16_to_f32(float* out, const __nv_bfloat16* in, int64_t n, cudaStream_t s) {
   if (n < 0 || (n > 0 && (!out || !in))) return cudaErrorInvalidValue;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 

@@ -124,9 +124,6 @@ class GemmEngine {
 };
 
 // ---- the small kernels the engine uses (gemm.cu); usable directly -----------------------------
-// out (n) bf16 = round-to-nearest-even(in (n) fp32).
-cudaError_t f32_to_bf16(__nv_bfloat16* out, const float* in, int64_t n, cudaStream_t s = nullptr);
-
 // out (rows, cols) bf16 = bf16(acc * row_scales[r] * col_scales[c] + bias[c]) (bias bf16, may
 // be null; acc fp32 (rows, cols)): the row-scaled FP8 GEMM's scaling on sm_89.
 cudaError_t scale_outer_to_bf16(__nv_bfloat16* out, const float* acc, const float* row_scales,

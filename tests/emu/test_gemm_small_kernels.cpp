@@ -1,5 +1,5 @@
-// kernels/cuda/gemm.cu's small kernels around the cuBLASLt GEMMs (emulated; scale_outer has its
-// own test_scale_outer.cpp):
+// kernels/cuda/gemm.cu's small kernels around the cuBLASLt GEMMs, and the fp32 -> bf16 conversion
+// they feed (convert.cu) (emulated; scale_outer has its own test_scale_outer.cpp):
 //  - f32_to_bf16: bit for bit against eco::float_to_bf16 (the CPU's rounding), fp32 specials,
 //    n past the 4096-block grid clamp (the grid-stride loop).
 //  - fill_rows_with_bias: every row of out (rows, cols, row stride ld) equal to the bias bits;
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "emu_common.h"
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/gemm.h"
 
 namespace {
