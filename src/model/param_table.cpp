@@ -71,7 +71,9 @@ ParamTable build_param_table(const ModelConfig& m) {
   };
 
   add("wte", {V, C}, ParamRole::Embedding, std_base);
-  if (learned_positions) add("wpe", {m.max_seq_len, C}, ParamRole::Position, std_base);
+  // max_seq_len 0 means seq_len (as load_config resolves it; hand-built configs in tests may not).
+  const int64_t positions = m.max_seq_len > 0 ? m.max_seq_len : m.seq_len;
+  if (learned_positions) add("wpe", {positions, C}, ParamRole::Position, std_base);
   for (int l = 0; l < m.n_layer; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     add(p + "norm1.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);

@@ -113,6 +113,7 @@ TEST(Device, CudaPlanLeavesOutTheScoreScratchWhenTheMmaPathRuns) {
     m.d_model = d_model;
     m.vocab_size = 64;
     m.seq_len = 64;
+    m.mlp_hidden = 4 * d_model;  // what load_config resolves 0 to for gpt2
     auto gpu = make_planning_backend(Device::Cuda);
     Transformer model(m, *gpu, 2);
     uint64_t b = 0;
