@@ -2,7 +2,12 @@
 # What every CUDA kernel asks of the GPU, checked without one: registers, spills, stack and
 # static shared memory per architecture, from ptxas (`nvcc --resource-usage`).
 #
-#   scripts/kernel_resources.sh [ARCHS]     (e.g. "90a;89;80" or 90a,89,80, the default)
+#   scripts/kernel_resources.sh [ARCHS]           compiles kernels/cuda/*.cu for ARCHS (e.g.
+#                                                 "90a;89;80" or 90a,89,80, the default)
+#   scripts/kernel_resources.sh --reports DIR     reads the reports the build kept (the CUDA
+#                                                 library compiles through
+#                                                 scripts/nvcc_keep_ptxas_report.sh: DIR holds
+#                                                 NAME.cu.o.ptxas.txt), compiling nothing
 #
 # Fails (exit 1) when
 #   - a __global__ function in kernels/cuda has no __launch_bounds__: with the bound, ptxas keeps
@@ -10,29 +15,49 @@
 #     can fail with "too many resources requested" (the hosts launch with the bound's constant);
 #   - a kernel spills registers or uses a stack frame beyond the ceilings listed below (local
 #     memory in a hot kernel is a silent slowdown);
-#   - static shared memory exceeds the 48 KiB a block gets without opting in.
+#   - static shared memory exceeds the 48 KiB a block gets without opting in;
+#   - (--reports) a kernels/cuda/*.cu has no report, or one older than its source.
 # Prints one row per source file and architecture: kernels, the most registers, the most static
-# shared memory, the kernels with local memory. A ctest (cuda.kernel_resources) in CUDA builds.
+# shared memory, the kernels with local memory. A ctest (cuda.kernel_resources) in CUDA builds,
+# on the build's own reports.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-ARCHS="${1:-90a;89;80}"
-NVCC="${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}"
-[[ -x "$NVCC" ]] || { echo "kernel_resources: nvcc not found (set NVCC or CUDA_HOME)" >&2; exit 2; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
-GENCODE=""
-IFS=';,' read -ra arch_list <<<"$ARCHS"
-for a in "${arch_list[@]}"; do GENCODE+=" --generate-code=arch=compute_$a,code=sm_$a"; done
-export NVCC ROOT WORK GENCODE
+if [[ "${1:-}" == "--reports" ]]; then
+  DIR="${2:?kernel_resources: --reports needs the directory of NAME.cu.o.ptxas.txt files}"
+  for src in "$ROOT"/kernels/cuda/*.cu; do
+    name="$(basename "$src" .cu)"
+    report="$DIR/$name.cu.o.ptxas.txt"
+    if [[ ! -f "$report" ]]; then
+      echo "kernel_resources: no ptxas report $report for kernels/cuda/$name.cu (rebuild the" \
+           "CUDA library: it compiles through scripts/nvcc_keep_ptxas_report.sh)" >&2
+      exit 2
+    fi
+    if [[ "$report" -ot "$src" ]]; then
+      echo "kernel_resources: $report is older than kernels/cuda/$name.cu (rebuild first)" >&2
+      exit 2
+    fi
+    cp "$report" "$WORK/$name.txt"
+  done
+else
+  ARCHS="${1:-90a;89;80}"
+  NVCC="${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}"
+  [[ -x "$NVCC" ]] || { echo "kernel_resources: nvcc not found (set NVCC or CUDA_HOME)" >&2; exit 2; }
+  GENCODE=""
+  IFS=';,' read -ra arch_list <<<"$ARCHS"
+  for a in "${arch_list[@]}"; do GENCODE+=" --generate-code=arch=compute_$a,code=sm_$a"; done
+  export NVCC ROOT WORK GENCODE
 
-# One nvcc per source file, largest first (the longest compiles start first); ptxas's report of
-# kernels/cuda/NAME.cu goes to $WORK/NAME.txt.
-ls -S "$ROOT"/kernels/cuda/*.cu | xargs -P "$(nproc)" -I{} bash -c '
-  set -f; name="$(basename "$1" .cu)"
-  "$NVCC" -DECO_HAVE_CUDA=1 -I"$ROOT" -I"$ROOT/src" -O3 -DNDEBUG -std=c++20 --fmad=false \
-    --expt-relaxed-constexpr $GENCODE --resource-usage -x cu -c "$1" -o "$WORK/$name.o" \
-    >"$WORK/$name.txt" 2>&1 || { cat "$WORK/$name.txt" >&2; exit 255; }' _ {}
+  # One nvcc per source file, largest first (the longest compiles start first); ptxas's report of
+  # kernels/cuda/NAME.cu goes to $WORK/NAME.txt.
+  ls -S "$ROOT"/kernels/cuda/*.cu | xargs -P "$(nproc)" -I{} bash -c '
+    set -f; name="$(basename "$1" .cu)"
+    "$NVCC" -DECO_HAVE_CUDA=1 -I"$ROOT" -I"$ROOT/src" -O3 -DNDEBUG -std=c++20 --fmad=false \
+      --expt-relaxed-constexpr $GENCODE --resource-usage -x cu -c "$1" -o "$WORK/$name.o" \
+      >"$WORK/$name.txt" 2>&1 || { cat "$WORK/$name.txt" >&2; exit 255; }' _ {}
+fi
 
 python3 - "$ROOT" "$WORK" <<'EOF'
 import collections, glob, os, re, subprocess, sys
@@ -40,13 +65,15 @@ import collections, glob, os, re, subprocess, sys
 root, work = sys.argv[1], sys.argv[2]
 # Local memory that is known and accepted: (start of the kernel's demangled name, the most
 # stack-frame bytes, the most spilled bytes). None of them is a hot path: the SGDM register and
-# per-tensor kernels and two one-quad AdamW instances keep an 8-byte frame (the SGDM ones with
-# ~10 bytes of spills); the specialised fp8 / SR / ECO AdamW instances GPT-2 runs have none.
+# per-tensor kernels keep an 8-16 byte frame with up to 16 bytes of spills (sm_90a: 16 / 16 at
+# bf16 state and 4 elements per thread), two one-quad AdamW instances an 8-byte frame; the
+# specialised fp8 / SR / ECO AdamW instances GPT-2 runs have none.
 ACCEPTED = [
-    ("void quantized_update_registers_kernel<eco::SgdmRule,", 8, 16),
-    ("void tensor_update_pass1_kernel<eco::SgdmRule,", 8, 16),
-    ("void quantized_update_registers_kernel<eco::AdamWRule, float, 1, true, 0, 0, -1,", 8, 0),
-    ("void quantized_update_registers_kernel<eco::AdamWRule, unsigned short, 1, false, -1,", 8, 0),
+    ("void quantized_update_registers_kernel<eco::SgdmRule<float>,", 16, 16),
+    ("void tensor_update_pass1_kernel<eco::SgdmRule<float>,", 16, 16),
+    ("void quantized_update_registers_kernel<eco::AdamWRule<float>, float, 1, true, 0, 0, -1,", 8, 0),
+    ("void quantized_update_registers_kernel<eco::AdamWRule<float>, unsigned short, 1, false, -1,", 8,
+     0),
     # RoPE's angle in double: cos / sin keep a frame for their large-argument reduction, a path
     # never taken (|angle| <= the position).
     ("void rope_kernel<", 40, 0),
