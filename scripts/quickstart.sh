@@ -17,4 +17,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DECO_CUDA=OFF -DECO_BUILD_TES
   exit 1
 }
 cmake --build "$build" -j"$(nproc)" --target eco-train
-exec "$build/eco-train" configs/quickstart.yaml "$@"
+# A rerun starts over (--overwrite) unless the arguments ask to resume.
+fresh=(--overwrite)
+for a in "$@"; do [[ $a == --resume* ]] && fresh=(); done
+exec "$build/eco-train" configs/quickstart.yaml "${fresh[@]}" "$@"

@@ -733,6 +733,17 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+uint64_t cuda_free_memory_bytes() {
+  int count = 0;
+  size_t free_b = 0, total_b = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 ||
+      cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error of a missing driver / device
+    return 0;
+  }
+  return free_b;
+}
+
 std::unique_ptr<Backend> make_cuda_backend() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);

@@ -1,10 +1,12 @@
-// make_cuda_backend in a build without the CUDA backend (ECO_CUDA=OFF, or nvcc not found): the
-// CMake build compiles this file into the library only then; otherwise kernels/cuda/
-// cuda_backend.cpp defines it.
+// make_cuda_backend and cuda_free_memory_bytes in a build without the CUDA backend (ECO_CUDA=OFF,
+// or nvcc not found): the CMake build compiles this file into the library only then; otherwise
+// kernels/cuda/cuda_backend.cpp defines them.
 #include "core/error.h"
 #include "model/backend.h"
 
 namespace eco {
+
+uint64_t cuda_free_memory_bytes() { return 0; }
 
 std::unique_ptr<Backend> make_cuda_backend() {
   usage_error("device: cuda, but this build has no CUDA backend (ECO_CUDA=OFF or nvcc not found)");

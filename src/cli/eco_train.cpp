@@ -1,5 +1,8 @@
 // eco-train: train a model from a YAML config.
-//   eco-train CONFIG.yaml [--set key=value]... [--plan] [--resume[=CHECKPOINT]]
+//   eco-train CONFIG.yaml [--set key=value]... [--plan] [--resume[=CHECKPOINT] |
+//             --resume-if-present] [--overwrite]
+// Exit codes: 0, 1 (I/O, checkpoint, divergence), 2 (usage, config, run directory), 3 (data),
+// 130 / 143 (stopped by SIGINT / SIGTERM after its checkpoint).
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -9,16 +12,23 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "kernels/cpu/blas_runtime.h"
+#include "train/memory_check.h"
 #include "train/trainer.h"
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: eco-train CONFIG.yaml [--set key=value]... [--plan] [--resume[=CHECKPOINT]]\n"
-    "  --set key=value   override a config key (repeatable), e.g. --set optim.lr=3e-4\n"
-    "  --plan            print the parameter table and memory ledger, then exit\n"
-    "  --resume          continue from the latest checkpoint in train.out_dir\n"
-    "  --resume=PATH     continue from a specific checkpoint file\n";
+    "usage: eco-train CONFIG.yaml [--set key=value]... [--plan]\n"
+    "                 [--resume[=CHECKPOINT] | --resume-if-present] [--overwrite]\n"
+    "  --set key=value      override a config key (repeatable), e.g. --set optim.lr=3e-4\n"
+    "  --plan               print the parameter table and memory ledger, and whether the run\n"
+    "                       fits the device's memory (exit 2 when it does not), then exit\n"
+    "  --resume             continue from the newest valid checkpoint in train.out_dir\n"
+    "                       (an error when there is none)\n"
+    "  --resume=PATH        continue from a specific checkpoint file\n"
+    "  --resume-if-present  as --resume when train.out_dir holds a checkpoint, else start\n"
+    "  --overwrite          start over in a train.out_dir holding an earlier run's checkpoints,\n"
+    "                       deleting them (without it such a start is refused)\n";
 
 int run(int argc, char** argv) {
   std::string config_path;
@@ -39,6 +49,10 @@ int run(int argc, char** argv) {
       plan = true;
     } else if (a == "--resume") {
       opts.resume = true;
+    } else if (a == "--resume-if-present") {
+      opts.resume_if_present = true;
+    } else if (a == "--overwrite") {
+      opts.overwrite = true;
     } else if (a.rfind("--resume=", 0) == 0) {
       opts.resume = true;
       opts.resume_path = a.substr(9);
@@ -52,9 +66,20 @@ int run(int argc, char** argv) {
     }
   }
   if (config_path.empty()) eco::usage_error("no config file given (usage: eco-train CONFIG.yaml [options]; see --help)");
+  if (opts.resume && opts.resume_if_present)
+    eco::usage_error("--resume and --resume-if-present exclude each other");
+  if (opts.overwrite && (opts.resume_if_present || (opts.resume && opts.resume_path.empty())))
+    eco::usage_error("--overwrite starts over; it goes with a fresh start or --resume=PATH, not "
+                     "with --resume or --resume-if-present");
   const eco::Config cfg = eco::load_config(config_path, overrides);
   if (plan) {
+    const eco::MemoryFit fit = eco::memory_fit(cfg);
     std::fputs(eco::plan_report(cfg).c_str(), stdout);
+    std::printf("memory: %s: %s\n", fit.describe().c_str(),
+                fit.fits() ? "fits" : "does not fit");
+    std::fflush(stdout);
+    if (!fit.fits())
+      eco::usage_error("{}: the run does not fit: {}", config_path, fit.describe());
     return 0;
   }
   spdlog::info("BLAS: {}", eco::cpu::blas_summary_line());

@@ -3,12 +3,15 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <cmath>
-#include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/treatment.h"
 
 namespace eco {
@@ -56,7 +59,8 @@ E parse_enum(const EnumNames<E, N>& t, const std::string& text, const std::strin
              const char* key) {
   for (size_t i = 0; i < N; ++i)
     if (text == t.names[i]) return E(i);
-  usage_error("{}: key '{}': expected {}, got '{}'", origin, key, quoted_choices(t), text);
+  usage_error("{}: key '{}': expected {}, got '{}'", origin, key, quoted_choices(t),
+              clip_for_message(text));
 }
 
 // Reads the keys of one section, remembering which were consumed so leftovers can be reported.
@@ -79,10 +83,21 @@ class SectionReader {
       usage_error("{}: key '{}.{}' must be {}, got {}", origin_, section_, key, type_name<T>(),
                   kind_name(v));
     try {
-      out = v.as<T>();
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        // Read wide, then range-check: 3000000000 for an int key is out of range, not "not an
+        // integer".
+        using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+        const Wide w = v.as<Wide>();
+        if (w < Wide(std::numeric_limits<T>::min()) || w > Wide(std::numeric_limits<T>::max()))
+          usage_error("{}: key '{}.{}' must be an integer in [{}, {}], got {}", origin_, section_,
+                      key, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), w);
+        out = T(w);
+      } else {
+        out = v.as<T>();
+      }
     } catch (const YAML::BadConversion&) {
       usage_error("{}: key '{}.{}' must be {}, got '{}'", origin_, section_, key, type_name<T>(),
-                  v.Scalar());
+                  clip_for_message(v.Scalar()));
     }
   }
 
@@ -102,14 +117,18 @@ class SectionReader {
     if (!node_ || !node_.IsMap()) return;
     std::set<std::string> seen;
     for (const auto& kv : node_) {
-      const std::string k = kv.first.as<std::string>();
+      if (!kv.first.IsScalar())
+        usage_error("{}: a key of '{}' is {}, expected a name", origin_, section_,
+                    kind_name(kv.first));
+      const std::string k = kv.first.Scalar();
       if (!seen.insert(k).second)
-        usage_error("{}: key '{}.{}' appears more than once", origin_, section_, k);
+        usage_error("{}: key '{}.{}' appears more than once", origin_, section_,
+                    clip_for_message(k));
       if (!known_.count(k)) {
         std::string list;
         for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;
-        usage_error("{}: unknown key '{}.{}' (known keys in '{}': {})", origin_, section_, k,
-                    section_, list);
+        usage_error("{}: unknown key '{}.{}' (known keys in '{}': {})", origin_, section_,
+                    clip_for_message(k), section_, list);
       }
     }
   }
@@ -132,29 +151,32 @@ class SectionReader {
 void apply_override(YAML::Node& root, const std::string& kv) {
   const auto eq = kv.find('=');
   if (eq == std::string::npos || eq == 0)
-    usage_error("--set '{}': expected KEY=VALUE, e.g. --set optim.lr=3e-4", kv);
+    usage_error("--set '{}': expected KEY=VALUE, e.g. --set optim.lr=3e-4",
+                clip_for_message(kv));
   const std::string key = kv.substr(0, eq);
   const std::string value = kv.substr(eq + 1);
-  if (value.empty()) usage_error("--set '{}': empty value (expected KEY=VALUE)", kv);
+  const std::string shown = clip_for_message(kv);
+  if (value.empty()) usage_error("--set '{}': empty value (expected KEY=VALUE)", shown);
   YAML::Node parsed;
   try {
     parsed = YAML::Load(value);
   } catch (const YAML::Exception& e) {
-    usage_error("--set '{}': value is not valid YAML ({})", kv, e.msg);
+    usage_error("--set '{}': value is not valid YAML ({})", shown, e.msg);
   }
   // Walk the dotted path, creating maps as needed. yaml-cpp nodes are handles, so keep a
   // chain of them and assign at the leaf.
   std::vector<std::string> parts;
   std::stringstream ss(key);
   for (std::string p; std::getline(ss, p, '.');) {
-    if (p.empty()) usage_error("--set '{}': empty component in key '{}'", kv, key);
+    if (p.empty())
+      usage_error("--set '{}': empty component in key '{}'", shown, clip_for_message(key));
     parts.push_back(p);
   }
   YAML::Node cur = root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     YAML::Node next = cur[parts[i]];
     if (next && !next.IsNull() && !next.IsMap())
-      usage_error("--set '{}': '{}' is not a section", kv, parts[i]);
+      usage_error("--set '{}': '{}' is not a section", shown, clip_for_message(parts[i]));
     if (!next || next.IsNull()) cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
     cur.reset(cur[parts[i]]);
   }
@@ -164,6 +186,24 @@ void apply_override(YAML::Node& root, const std::string& kv) {
 void require(bool ok, const std::string& origin, const char* key, const std::string& why) {
   if (!ok) usage_error("{}: key '{}': {}", origin, key, why);
 }
+
+// An integer key within [lo, hi]; the message names both bounds ("must be in [1, 16384], got
+// 1000000000").
+void require_range(int64_t v, int64_t lo, int64_t hi, const std::string& origin, const char* key,
+                   const char* note = "") {
+  require(v >= lo && v <= hi, origin, key,
+          fmt::format("must be in [{}, {}]{}, got {}", lo, hi, note, v));
+}
+
+// A number key, finite and within [lo, hi] (NaN and the infinities fail).
+void require_finite(double v, double lo, double hi, const std::string& origin, const char* key,
+                    const char* note = "") {
+  require(std::isfinite(v) && v >= lo && v <= hi, origin, key,
+          fmt::format("must be a finite number in [{:g}, {:g}]{}, got {}", lo, hi, note, v));
+}
+
+// The logical cores of this machine (at least 1), for the bound on train.threads.
+int64_t machine_cores() { return std::max<int64_t>(1, std::thread::hardware_concurrency()); }
 
 Config from_node(YAML::Node root, const std::string& origin) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
@@ -175,12 +215,16 @@ Config from_node(YAML::Node root, const std::string& origin) {
                                                   "precision", "device"};
   std::set<std::string> seen;
   for (const auto& kv : root) {
-    const std::string k = kv.first.as<std::string>();
-    if (!seen.insert(k).second) usage_error("{}: section '{}' appears more than once", origin, k);
+    if (!kv.first.IsScalar())
+      usage_error("{}: a top-level key is {}, expected a section name", origin,
+                  kind_name(kv.first));
+    const std::string k = kv.first.Scalar();
+    if (!seen.insert(k).second)
+      usage_error("{}: section '{}' appears more than once", origin, clip_for_message(k));
     if (!kSections.count(k))
       usage_error("{}: unknown top-level key '{}' (expected model, data, optim, train, "
                   "precision, device)",
-                  origin, k);
+                  origin, clip_for_message(k));
   }
 
   {
@@ -200,25 +244,32 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("rope_theta", m.rope_theta);
     r.get("norm_eps", m.norm_eps);
     r.finish();
-    require(m.n_layer >= 1, origin, "model.n_layer", "must be >= 1");
-    require(m.n_head >= 1, origin, "model.n_head", "must be >= 1");
-    require(m.d_model >= 1, origin, "model.d_model", "must be >= 1");
+    using L = ConfigLimits;
+    require_range(m.n_layer, 1, L::kMaxLayers, origin, "model.n_layer");
+    require_range(m.n_head, 1, L::kMaxHeads, origin, "model.n_head");
+    require_range(m.d_model, 1, L::kMaxDModel, origin, "model.d_model");
     require(m.d_model % m.n_head == 0, origin, "model.d_model",
             fmt::format("d_model {} is not divisible by n_head {}", m.d_model, m.n_head));
     require(m.positions != PositionKind::Rope || m.head_dim() % 2 == 0, origin, "model.d_model",
             fmt::format("RoPE needs an even head dimension, d_model/n_head = {}", m.head_dim()));
-    require(m.vocab_size >= 2, origin, "model.vocab_size", "must be >= 2");
-    require(m.seq_len >= 1, origin, "model.seq_len", "must be >= 1");
-    require(m.mlp_hidden >= 0, origin, "model.mlp_hidden", "must be >= 0 (0 = family default)");
+    require_range(m.vocab_size, 2, L::kMaxVocab, origin, "model.vocab_size");
+    require_range(m.seq_len, 1, L::kMaxSeqLen, origin, "model.seq_len");
+    require_range(m.max_seq_len, 0, L::kMaxSeqLen, origin, "model.max_seq_len",
+                  " (0 = seq_len)");
+    require_range(m.mlp_hidden, 0, L::kMaxMlpHidden, origin, "model.mlp_hidden",
+                  " (0 = family default)");
     if (m.max_seq_len == 0) m.max_seq_len = m.seq_len;
     require(m.seq_len <= m.max_seq_len, origin, "model.seq_len",
             fmt::format("seq_len {} exceeds the position table size max_seq_len {}", m.seq_len,
                         m.max_seq_len));
-    if (m.mlp_hidden == 0)
-      m.mlp_hidden =
-          m.mlp == MlpKind::Swiglu ? (8 * m.d_model / 3 + 255) / 256 * 256 : 4 * m.d_model;
-    require(m.rope_theta > 0, origin, "model.rope_theta", "must be > 0");
-    require(m.norm_eps > 0, origin, "model.norm_eps", "must be > 0");
+    if (m.mlp_hidden == 0) {
+      // In 64 bits: d_model <= 2^20 keeps 4 d and 8 d / 3 well inside int.
+      const int64_t d = m.d_model;
+      m.mlp_hidden = int(m.mlp == MlpKind::Swiglu ? (8 * d / 3 + 255) / 256 * 256 : 4 * d);
+    }
+    require_finite(m.rope_theta, 1, 1e12, origin, "model.rope_theta");
+    require(m.norm_eps > 0 && m.norm_eps <= 1, origin, "model.norm_eps",
+            fmt::format("must be a finite number in (0, 1], got {}", m.norm_eps));
   }
   {
     SectionReader r(root["data"], "data", origin);
@@ -249,19 +300,26 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("final_lr_frac", o.final_lr_frac);
     r.get_enum("state_dtype", o.state_dtype, kStateDTypeNames);
     r.finish();
-    require(o.lr > 0 && std::isfinite(o.lr), origin, "optim.lr", "must be a positive number");
-    require(o.beta1 >= 0 && o.beta1 < 1, origin, "optim.beta1", "must be in [0, 1)");
-    require(o.beta2 >= 0 && o.beta2 < 1, origin, "optim.beta2", "must be in [0, 1)");
-    require(o.eps > 0, origin, "optim.eps", "must be > 0");
-    require(o.weight_decay >= 0, origin, "optim.weight_decay", "must be >= 0");
-    require(o.grad_clip >= 0, origin, "optim.grad_clip", "must be >= 0 (0 disables clipping)");
-    require(o.warmup_steps >= 0, origin, "optim.warmup_steps", "must be >= 0");
+    require(o.lr > 0 && o.lr <= 10, origin, "optim.lr",
+            fmt::format("must be a finite number in (0, 10], got {}", o.lr));
+    require(o.beta1 >= 0 && o.beta1 < 1, origin, "optim.beta1",
+            fmt::format("must be in [0, 1), got {}", o.beta1));
+    require(o.beta2 >= 0 && o.beta2 < 1, origin, "optim.beta2",
+            fmt::format("must be in [0, 1), got {}", o.beta2));
+    require(o.eps > 0 && o.eps <= 1, origin, "optim.eps",
+            fmt::format("must be a finite number in (0, 1], got {}", o.eps));
+    require_finite(o.weight_decay, 0, 10, origin, "optim.weight_decay");
+    require(o.lr * o.weight_decay < 1, origin, "optim.weight_decay",
+            fmt::format("lr x weight_decay = {:g} must be < 1 (the decay multiplies each weight "
+                        "by 1 - lr x weight_decay)",
+                        o.lr * o.weight_decay));
+    require_finite(o.grad_clip, 0, 1e30, origin, "optim.grad_clip", " (0 disables clipping)");
+    require_range(o.warmup_steps, 0, ConfigLimits::kMaxSteps, origin, "optim.warmup_steps");
     require(o.warmup_frac >= 0 && o.warmup_frac < 1, origin, "optim.warmup_frac",
-            "must be in [0, 1)");
+            fmt::format("must be in [0, 1), got {}", o.warmup_frac));
     require(!(o.warmup_steps > 0 && o.warmup_frac > 0), origin, "optim.warmup_frac",
             "set either warmup_steps or warmup_frac, not both");
-    require(o.final_lr_frac >= 0 && o.final_lr_frac <= 1, origin, "optim.final_lr_frac",
-            "must be in [0, 1]");
+    require_finite(o.final_lr_frac, 0, 1, origin, "optim.final_lr_frac");
   }
   {
     SectionReader r(root["train"], "train", origin);
@@ -282,26 +340,39 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("out_dir", t.out_dir);
     r.get("threads", t.threads);
     r.get("profile", t.profile);
+    r.get("spike_factor", t.spike_factor);
+    r.get("spike_window", t.spike_window);
     r.finish();
-    require(t.batch_size >= 1, origin, "train.batch_size", "must be >= 1");
-    require(t.grad_accum >= 1, origin, "train.grad_accum", "must be >= 1");
-    require(t.max_steps >= 0 && t.max_tokens >= 0, origin, "train.max_steps", "must be >= 0");
+    using L = ConfigLimits;
+    require_range(t.batch_size, 1, L::kMaxBatch, origin, "train.batch_size");
+    require_range(t.grad_accum, 1, L::kMaxGradAccum, origin, "train.grad_accum");
+    require_range(t.max_steps, 0, L::kMaxSteps, origin, "train.max_steps");
+    require_range(t.max_tokens, 0, L::kMaxTokens, origin, "train.max_tokens");
     require(t.max_steps > 0 || t.max_tokens > 0, origin, "train.max_steps",
             "set train.max_steps or train.max_tokens to a positive value");
-    require(t.max_steps <= int64_t(1e12) && t.max_tokens <= int64_t(1e15), origin,
-            "train.max_tokens", "is implausibly large (max_steps <= 1e12, max_tokens <= 1e15)");
     require(!(t.max_steps > 0 && t.max_tokens > 0), origin, "train.max_tokens",
             "set either train.max_steps or train.max_tokens, not both");
-    require(t.log_interval >= 1, origin, "train.log_interval", "must be >= 1");
-    require(t.eval_interval >= 0, origin, "train.eval_interval", "must be >= 0 (0 = no eval)");
-    require(t.eval_batches >= 1, origin, "train.eval_batches", "must be >= 1");
-    require(t.checkpoint_interval >= 0, origin, "train.checkpoint_interval", "must be >= 0");
-    require(t.keep_checkpoints >= 1, origin, "train.keep_checkpoints", "must be >= 1");
-    require(t.sample_interval >= 0, origin, "train.sample_interval", "must be >= 0");
-    require(t.sample_tokens >= 0, origin, "train.sample_tokens", "must be >= 0");
-    require(t.sample_temperature > 0, origin, "train.sample_temperature", "must be > 0");
+    require(t.log_interval >= 1, origin, "train.log_interval",
+            fmt::format("must be >= 1, got {}", t.log_interval));
+    require(t.eval_interval >= 0, origin, "train.eval_interval",
+            fmt::format("must be >= 0 (0 = no eval), got {}", t.eval_interval));
+    require_range(t.eval_batches, 1, L::kMaxEvalBatches, origin, "train.eval_batches");
+    require(t.checkpoint_interval >= 0, origin, "train.checkpoint_interval",
+            fmt::format("must be >= 0, got {}", t.checkpoint_interval));
+    require_range(t.keep_checkpoints, 1, L::kMaxKeepCheckpoints, origin,
+                  "train.keep_checkpoints");
+    require(t.sample_interval >= 0, origin, "train.sample_interval",
+            fmt::format("must be >= 0, got {}", t.sample_interval));
+    require_range(t.sample_tokens, 0, L::kMaxSampleTokens, origin, "train.sample_tokens");
+    require_finite(t.sample_temperature, 1e-3, 100, origin, "train.sample_temperature");
     require(!t.out_dir.empty(), origin, "train.out_dir", "must not be empty");
-    require(t.threads >= 0, origin, "train.threads", "must be >= 0 (0 = all cores)");
+    require_range(t.threads, 0, L::kThreadsPerCore * machine_cores(), origin, "train.threads",
+                  " (0 = all cores; at most 4 x this machine's cores)");
+    require(t.spike_factor == 0 || (t.spike_factor > 1 && t.spike_factor <= 1e6), origin,
+            "train.spike_factor",
+            fmt::format("must be 0 (off) or a finite number in (1, 1e6], got {}",
+                        t.spike_factor));
+    require_range(t.spike_window, 1, L::kMaxSpikeWindow, origin, "train.spike_window");
   }
   {
     SectionReader r(root["precision"], "precision", origin);
@@ -364,13 +435,18 @@ int64_t Config::warmup_steps() const {
 
 Config parse_config(const std::string& text, const std::string& origin,
                     const std::vector<std::string>& overrides) {
-  YAML::Node root;
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     usage_error("{}:{}:{}: malformed YAML: {}", origin, e.mark.line + 1, e.mark.column + 1,
                 e.msg);
   }
+  // A second document (after '---') would otherwise be ignored without a word.
+  if (documents.size() > 1)
+    usage_error("{}: holds {} YAML documents (separated by '---'); a config is one document",
+                origin, documents.size());
+  YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) usage_error("{}: the top level must be a mapping of sections", origin);
   for (const auto& kv : overrides) apply_override(root, kv);
@@ -378,11 +454,8 @@ Config parse_config(const std::string& text, const std::string& origin,
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream f(path);
-  if (!f) usage_error("{}: cannot open config file", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_config(ss.str(), path, overrides);
+  return parse_config(read_small_file(path, "config file", ConfigLimits::kMaxConfigBytes), path,
+                      overrides);
 }
 
 std::string to_yaml(const Config& c) {
@@ -439,6 +512,12 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "out_dir" << YAML::Value << c.train.out_dir;
   e << YAML::Key << "threads" << YAML::Value << c.train.threads;
   e << YAML::Key << "profile" << YAML::Value << c.train.profile;
+  // The detector's keys only when not the default, as precision.quantize below.
+  const TrainConfig defaults;
+  if (c.train.spike_factor != defaults.spike_factor)
+    e << YAML::Key << "spike_factor" << YAML::Value << c.train.spike_factor;
+  if (c.train.spike_window != defaults.spike_window)
+    e << YAML::Key << "spike_window" << YAML::Value << c.train.spike_window;
   e << YAML::EndMap;
   e << YAML::Key << "precision" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "treatment" << YAML::Value << c.precision.treatment.name;
@@ -465,6 +544,54 @@ std::string model_fingerprint(const Config& c) {
       enum_name(m.family), m.n_layer, m.n_head, m.d_model, m.mlp_hidden, m.vocab_size,
       m.max_seq_len, m.tie_embeddings, c.precision.treatment.name, enum_name(c.optim.name),
       enum_name(c.optim.state_dtype)) + scope;
+}
+
+std::vector<std::string> trajectory_keys(const Config& c) {
+  std::vector<std::string> keys = {
+      "model.seq_len",      "model.rope_theta",   "model.norm_eps",     "data.source",
+      "data.shuffle",       "optim.lr",           "optim.beta1",        "optim.beta2",
+      "optim.eps",          "optim.weight_decay", "optim.grad_clip",    "optim.warmup_steps",
+      "optim.warmup_frac",  "optim.schedule",     "optim.final_lr_frac", "train.batch_size",
+      "train.grad_accum",   "train.seed"};
+  // The run's length shapes the lr schedule unless it is constant without a warmup fraction.
+  if (c.optim.schedule != LrSchedule::Constant || c.optim.warmup_frac > 0) {
+    keys.push_back("train.max_steps");
+    keys.push_back("train.max_tokens");
+  }
+  return keys;
+}
+
+std::vector<std::string> trajectory_differences(const std::string& saved_yaml, const Config& c) {
+  // Both sides as to_yaml writes them, so equal values have equal text.
+  YAML::Node saved;
+  try {
+    saved = YAML::Load(saved_yaml);
+  } catch (const YAML::Exception& e) {
+    runtime_error("corrupt checkpoint: its resolved config is not YAML ({})", e.msg);
+  }
+  const YAML::Node now = YAML::Load(to_yaml(c));
+  const auto value = [](const YAML::Node& root, const std::string& key) -> std::string {
+    const auto dot = key.find('.');
+    const YAML::Node section = root[key.substr(0, dot)];
+    if (!section.IsMap()) return "(absent)";
+    const YAML::Node v = section[key.substr(dot + 1)];
+    return v && v.IsScalar() ? v.Scalar() : "(absent)";
+  };
+  // A number as the shortest text that reads back to it (YAML writes 0.003 as
+  // 0.0030000000000000001).
+  const auto shown = [](const std::string& text) {
+    double d = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
+    return ec == std::errc() && end == text.data() + text.size() ? fmt::format("{}", d)
+                                                                 : clip_for_message(text);
+  };
+  std::vector<std::string> out;
+  for (const std::string& key : trajectory_keys(c)) {
+    const std::string was = value(saved, key), is = value(now, key);
+    if (was != is)
+      out.push_back(fmt::format("{}: {} in the checkpoint, {} now", key, shown(was), shown(is)));
+  }
+  return out;
 }
 
 }  // namespace eco

@@ -41,6 +41,29 @@ const char* enum_name(StateDType v);
 const char* enum_name(DataSource v);
 const char* enum_name(QuantizeScope v);
 
+// The bounds load_config enforces beyond "positive": large enough for any real run, small enough
+// that every derived size (4 d, B x T x C, tokens per step) fits int64 and that a typo (an extra
+// three zeros) is refused at once instead of hanging or overflowing. The memory a config needs is
+// checked separately against the device (train/memory_check.h).
+struct ConfigLimits {
+  static constexpr int64_t kMaxLayers = 4096;
+  static constexpr int64_t kMaxHeads = 65536;
+  static constexpr int64_t kMaxDModel = 1 << 20;
+  static constexpr int64_t kMaxMlpHidden = 1 << 22;
+  static constexpr int64_t kMaxVocab = 1 << 28;
+  static constexpr int64_t kMaxSeqLen = 1 << 24;
+  static constexpr int64_t kMaxBatch = 1 << 20;
+  static constexpr int64_t kMaxGradAccum = 16384;
+  static constexpr int64_t kMaxEvalBatches = 10000;
+  static constexpr int64_t kMaxSampleTokens = 100000;
+  static constexpr int64_t kMaxKeepCheckpoints = 10000;
+  static constexpr int64_t kMaxSpikeWindow = 100000;
+  static constexpr int64_t kMaxSteps = 1000000000000;    // 1e12
+  static constexpr int64_t kMaxTokens = 1000000000000000;  // 1e15
+  static constexpr int64_t kThreadsPerCore = 4;  // train.threads <= 4 x the cores
+  static constexpr int64_t kMaxConfigBytes = 1 << 20;  // a config file is at most 1 MiB
+};
+
 struct ModelConfig {
   // The family names the model (config, fingerprint); the model reads the structure below,
   // which set_family derives from it (the loader calls it; so must code that builds a config).
@@ -111,6 +134,11 @@ struct TrainConfig {
   std::string out_dir = "runs/default";
   int threads = 0;                // 0 = all cores
   bool profile = false;           // per-operation ms/step breakdown (CUDA backend)
+  // Loss-spike detector (train/loss_spike.h): a step whose loss exceeds spike_factor x (and 1
+  // nat above) the lowest median of spike_window consecutive losses seen so far stops the run as
+  // diverged (exit 1) before its update and checkpoint. 0 disables it.
+  double spike_factor = 4.0;
+  int spike_window = 20;
 };
 
 struct PrecisionConfig {
@@ -143,6 +171,12 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 std::string to_yaml(const Config& cfg);
 // The part of the config a checkpoint must agree with to resume (model shape, treatment).
 std::string model_fingerprint(const Config& cfg);
+// The keys besides the model's shape that set a run's trajectory (seed, lr, batch, schedule,
+// ...), as "section.key": a checkpoint resumes only where they equal its resolved config's.
+std::vector<std::string> trajectory_keys(const Config& cfg);
+// Each trajectory key whose value in `saved_yaml` (a checkpoint's resolved config, to_yaml's
+// text) differs from `cfg`'s, as "optim.lr: 0.001 in the checkpoint, 0.003 now".
+std::vector<std::string> trajectory_differences(const std::string& saved_yaml, const Config& cfg);
 
 // A Treatment serialises to JSON (nlohmann, found by argument-dependent lookup) as its name.
 template <class Json>

@@ -3,6 +3,7 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <fmt/format.h>
 
 namespace eco {
@@ -18,6 +19,13 @@ class Error : public std::runtime_error {
  private:
   ErrorKind kind_;
 };
+
+// A user's value quoted in a message: at most `max` characters, so that a 100 MB value still
+// gives one short line ("aaaa... (104857600 characters)").
+inline std::string clip_for_message(std::string_view text, size_t max = 80) {
+  if (text.size() <= max) return std::string(text);
+  return fmt::format("{}... ({} characters)", text.substr(0, max), text.size());
+}
 
 template <class... Args>
 [[noreturn]] void usage_error(fmt::format_string<Args...> f, Args&&... args) {

@@ -7,10 +7,12 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace eco {
 
 DecodeTable DecodeTable::load(const std::string& path) {
+  regular_file_size(path, "decode table", ErrorKind::Data);  // before the open a FIFO would block
   std::ifstream in(path, std::ios::binary);
   if (!in) data_error("{}: cannot open decode table: {}", path, std::strerror(errno));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace eco {
 
@@ -49,6 +50,7 @@ int shard_token_bytes(int version) {
 }
 
 ShardInfo read_shard_info(const std::string& path) {
+  regular_file_size(path, "token shard", ErrorKind::Data);  // before the open a FIFO would block
   File f = open_file(path, "rb", "token shard");
   const int64_t size = file_size(f.get(), path);
   int32_t header[kShardHeaderInts];

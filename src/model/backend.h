@@ -292,6 +292,9 @@ std::unique_ptr<Backend> make_planning_backend(Device device = Device::Cpu);
 // The CUDA backend (kernels/cuda/cuda_backend.cpp) on the current device. A usage error when
 // this build has no CUDA backend or no CUDA GPU is visible.
 std::unique_ptr<Backend> make_cuda_backend();
+// Free memory of the current CUDA device in bytes; 0 when unknown (no CUDA backend in this build,
+// no GPU visible). The memory check of a cuda run (train/memory_check.h) compares the plan with it.
+uint64_t cuda_free_memory_bytes();
 // The backend for a config's `device` (cpu: fp32 reference; cuda: make_cuda_backend).
 std::unique_ptr<Backend> make_backend(Device device);
 

@@ -3,12 +3,7 @@
 
 namespace eco {
 
-int ModelContext::index(const std::string& name) const {
-  const auto& specs = store.table().specs;
-  for (size_t i = 0; i < specs.size(); ++i)
-    if (specs[i].name == name) return int(i);
-  return -1;
-}
+int ModelContext::index(const std::string& name) const { return store.table().index_of(name); }
 
 Tensor ModelContext::g(int i) const {
   if (i < 0) return Tensor{};

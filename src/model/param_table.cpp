@@ -24,10 +24,20 @@ const char* param_role_name(ParamRole r) {
 
 bool role_quantizable(ParamRole r) { return r == ParamRole::Linear || r == ParamRole::Expert; }
 
+int ParamTable::index_of(const std::string& name) const {
+  if (index_by_name.size() == specs.size()) {
+    const auto it = index_by_name.find(name);
+    return it == index_by_name.end() ? -1 : int(it->second);
+  }
+  for (size_t i = 0; i < specs.size(); ++i)  // a table built by hand (tests)
+    if (specs[i].name == name) return int(i);
+  return -1;
+}
+
 const ParamSpec& ParamTable::operator[](const std::string& name) const {
-  for (const auto& s : specs)
-    if (s.name == name) return s;
-  runtime_error("no parameter named '{}'", name);
+  const int i = index_of(name);
+  if (i < 0) runtime_error("no parameter named '{}'", name);
+  return specs[size_t(i)];
 }
 
 int64_t ParamTable::count_quantizable() const {
@@ -67,6 +77,7 @@ ParamTable build_param_table(const ModelConfig& m) {
     ParamSpec s{std::move(name), std::move(shape), role, role_quantizable(role), matrix,
                 std_, value, t.total};
     t.total += s.numel();
+    t.index_by_name.emplace(s.name, t.specs.size());
     t.specs.push_back(std::move(s));
   };
 

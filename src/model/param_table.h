@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/config.h"
@@ -42,8 +43,13 @@ struct ParamSpec {
 struct ParamTable {
   std::vector<ParamSpec> specs;
   int64_t total = 0;  // elements
+  // name -> index into specs, filled by build_param_table (a model of thousands of layers looks
+  // up every parameter by name; a scan of specs would make that quadratic).
+  std::unordered_map<std::string, size_t> index_by_name;
 
   const ParamSpec& operator[](const std::string& name) const;
+  // The index of `name` in specs, -1 when there is none.
+  int index_of(const std::string& name) const;
   int64_t count_quantizable() const;
   std::string describe() const;  // a printable table
 };

@@ -13,7 +13,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/config.h"
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace eco {
 namespace fs = std::filesystem;
@@ -31,6 +33,7 @@ class Writer {
     const char* c = static_cast<const char*>(p);
     while (n > 0) {
       const ssize_t w = ::write(fd_, c, n);
+      if (w < 0 && errno == EINTR) continue;
       if (w < 0) runtime_error("{}: write failed: {}", path_, std::strerror(errno));
       c += w;
       n -= size_t(w);
@@ -116,7 +119,11 @@ void save_checkpoint(const std::string& path, const CheckpointState& st) {
     ::unlink(tmp.c_str());
     throw;
   }
-  ::close(fd);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    runtime_error("{}: close failed: {}", tmp, std::strerror(err));
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
     runtime_error("{}: cannot rename checkpoint into place: {}", path, std::strerror(errno));
@@ -131,9 +138,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& st) {
 }
 
 CheckpointState load_checkpoint(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) runtime_error("{}: cannot open checkpoint (no such file)", path);
-  if (!fs::is_regular_file(path, ec)) runtime_error("{}: not a checkpoint file", path);
+  regular_file_size(path, "checkpoint", ErrorKind::Internal);
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) runtime_error("{}: cannot open checkpoint", path);
   const std::streamsize size = f.tellg();
@@ -160,6 +165,10 @@ CheckpointState load_checkpoint(const std::string& path) {
   CheckpointState st;
   st.step = r.pod<int64_t>();
   st.tokens = r.pod<int64_t>();
+  // A CRC-valid file can still hold values no run writes (a bug, a hand-edited file).
+  if (st.step < 0 || st.step > ConfigLimits::kMaxSteps)
+    runtime_error("{}: corrupt checkpoint: step {}", path, st.step);
+  if (st.tokens < 0) runtime_error("{}: corrupt checkpoint: tokens {}", path, st.tokens);
   st.fingerprint = r.str();
   st.config_yaml = r.str();
   const uint32_t n = r.pod<uint32_t>();
@@ -178,7 +187,7 @@ CheckpointState load_checkpoint(const std::string& path) {
 
 std::string checkpoint_name(int64_t step) { return fmt::format("ckpt_{:08d}.bin", step); }
 
-static std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return out;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace eco {
@@ -23,6 +24,8 @@ void save_checkpoint(const std::string& path, const CheckpointState& state);
 CheckpointState load_checkpoint(const std::string& path);
 // Checkpoint file name for a step, and the newest checkpoint in a run directory ("" if none).
 std::string checkpoint_name(int64_t step);
+// The checkpoints in `dir` as (step, path), oldest first.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);
 std::string latest_checkpoint(const std::string& dir);
 // Delete all but the newest `keep` checkpoints in `dir`.
 void prune_checkpoints(const std::string& dir, int keep);

@@ -2,7 +2,10 @@
 #include "train/evaluator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
+
+#include "train/signals.h"
 
 namespace eco {
 
@@ -14,6 +17,7 @@ double mean_val_loss(Transformer& model, const DataLoader& val, int batch_size, 
   const int64_t n = std::min<int64_t>(eval_batches, available);
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) {
+    if (stop_requested()) return std::nan("");  // a stop signal: the run saves and exits
     val.batch(i, in.data(), tgt.data());
     sum += model.forward_loss(in.data(), tgt.data(), B, T);
   }

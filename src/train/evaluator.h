@@ -8,7 +8,8 @@
 
 namespace eco {
 
-// batch_size, seq_len: the model's (B, T); val's windows are (T + 1) tokens.
+// batch_size, seq_len: the model's (B, T); val's windows are (T + 1) tokens. NaN when a stop
+// signal (train/signals.h) cuts the evaluation short.
 double mean_val_loss(Transformer& model, const DataLoader& val, int batch_size, int seq_len,
                      int64_t eval_batches);
 

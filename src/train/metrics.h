@@ -16,6 +16,7 @@ class MetricsLog {
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
+  // Appends one line and flushes it; a failed write (a full disk) is an error naming the file.
   void write(const nlohmann::json& record);
 
  private:
@@ -23,7 +24,12 @@ class MetricsLog {
   std::string path_;
 };
 
-// Write a JSON file atomically (temp + rename).
+// The value of `key` in out_dir/metrics.jsonl's record of `step` (the last such record); NaN when
+// there is none.
+double recorded_metric(const std::string& out_dir, int64_t step, const char* key);
+
+// Write a file atomically (temp file, fsync, rename); any failed write, fsync or close is an error
+// naming the file, and leaves no temp file behind.
 void write_json_file(const std::string& path, const nlohmann::json& j);
 void write_text_file(const std::string& path, const std::string& text);
 

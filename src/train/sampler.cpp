@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
+#include "train/signals.h"
 
 namespace eco {
 namespace fs = std::filesystem;
@@ -47,7 +48,7 @@ std::string TextSampler::sample(Transformer& model, Backend& backend, int32_t pr
   Rng rng(seed);
   std::vector<int32_t> seq = {prompt};
   const float inv_temp = float(1.0 / temperature_);
-  for (int i = 0; i < n_tokens; ++i) {
+  for (int i = 0; i < n_tokens && !stop_requested(); ++i) {  // a stop signal ends it early
     const int ctx = std::min<int>(int(seq.size()), T);
     const int32_t* window = seq.data() + seq.size() - ctx;
     const Tensor& lg = model.forward_logits(window, 1, ctx);

@@ -20,7 +20,8 @@ class TextSampler {
   explicit TextSampler(const Config& cfg);
 
   // `prompt` followed by n_tokens sampled tokens (context: the last seq_len), as text. The
-  // draws come from Rng(seed) only, so a sample does not disturb training's random streams.
+  // draws come from Rng(seed) only, so a sample does not disturb training's random streams. A
+  // stop signal (train/signals.h) ends it early, with the tokens drawn so far.
   std::string sample(Transformer& model, Backend& backend, int32_t prompt, int n_tokens,
                      uint64_t seed) const;
   std::string decode(const int32_t* tokens, size_t n) const;

@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "train/evaluator.h"
+#include "train/memory_check.h"
 #include "train/run_summary.h"
 #include "train/signals.h"
 #include "train/step_profile.h"
@@ -18,10 +20,17 @@
 namespace eco {
 
 Trainer::Trainer(const Config& cfg, RunContext ctx)
-    : cfg_(cfg), ctx_(ctx), log_(ctx), run_dir_(cfg.train.out_dir, ctx) {
+    : cfg_(cfg),
+      ctx_(ctx),
+      log_(ctx),
+      run_dir_(cfg.train.out_dir, ctx),
+      spikes_(cfg.train.spike_factor, cfg.train.spike_window) {
   if (ctx_.world < 1 || ctx_.rank < 0 || ctx_.rank >= ctx_.world)
     runtime_error("run context: rank {} is not a rank of a run of {}", ctx_.rank, ctx_.world);
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
+  // Before any allocation: a model that cannot fit is refused at once, not after minutes of
+  // zeroing memory.
+  require_memory_fits(cfg_);
   backend_ = make_backend(cfg_.device);
   model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
                                          cfg_.precision.treatment, cfg_.precision.quantize);
@@ -59,30 +68,116 @@ std::string Trainer::sample(int n_tokens, uint64_t seed) {
   return sampler_->sample(*model_, *backend_, in[0], n_tokens, seed);
 }
 
-void Trainer::save(int64_t step) {
+void Trainer::save(int64_t step, Progress& p) {
   // Only the writing rank copies the state off the device (issue 8 decides how sharded state
   // reaches it).
-  if (!run_dir_.writes()) return;
-  const CheckpointState st =
-      capture_state(cfg_, step, *backend_, persistent_tensors(*model_, *opt_));
+  if (!run_dir_.writes()) {
+    p.saved = step;
+    return;
+  }
+  const NamedTensors tensors = persistent_tensors(*model_, *opt_);
+  const CheckpointState st = capture_state(cfg_, step, *backend_, tensors);
+  if (const std::string bad = first_non_finite(st, tensors); !bad.empty()) {
+    log_.error("training diverged by step {}: {}; no checkpoint of it written{}", step, bad,
+               p.saved >= 0 ? fmt::format(" (the last, of step {}, is kept)", p.saved) : "");
+    p.diverged = true;
+    return;
+  }
   const std::string path = run_dir_.save_checkpoint(st, cfg_.train.keep_checkpoints);
+  p.saved = step;
   log_.info("checkpoint {} written", path);
 }
 
-int64_t Trainer::start_or_resume(const RunOptions& opts) {
-  const std::string path = !opts.resume          ? std::string()
-                           : opts.resume_path.empty() ? run_dir_.latest_checkpoint()
-                                                      : opts.resume_path;
-  if (path.empty()) {
-    if (opts.resume)
-      log_.warn("--resume: no checkpoint in {}, starting from scratch", run_dir_.path());
-    model_->init_weights(cfg_.train.seed);
-    return 0;
-  }
-  const int64_t step = restore_state(path, cfg_, *backend_, persistent_tensors(*model_, *opt_));
+int64_t Trainer::restore(const CheckpointState& st, const std::string& path) {
+  const int64_t step =
+      restore_state(st, path, cfg_, *backend_, persistent_tensors(*model_, *opt_));
   opt_->set_steps_taken(step);
   log_.info("resumed from {} at step {}", path, step);
   return step;
+}
+
+void Trainer::start_or_resume(const RunOptions& opts, Progress& p) {
+  namespace fs = std::filesystem;
+  const auto existing = run_dir_.checkpoints();
+  const auto resume_at = [&](const CheckpointState& st, const std::string& path) {
+    p.start = p.step = p.saved = restore(st, path);
+    p.resumed = true;
+  };
+  if (!opts.resume_path.empty()) {
+    const CheckpointState st = load_checkpoint(opts.resume_path);
+    std::error_code ec;
+    std::string same_file;  // the checkpoint to resume, should it live in out_dir
+    for (const auto& [step, path] : existing) {
+      if (fs::equivalent(path, opts.resume_path, ec)) {
+        same_file = path;
+      } else if (step > st.step && !opts.overwrite) {
+        usage_error("train.out_dir '{}' holds {}, newer than {} (step {}), which would count as "
+                    "this run's: --overwrite deletes the directory's checkpoints, or choose "
+                    "another train.out_dir",
+                    run_dir_.path(), path, opts.resume_path, st.step);
+      }
+    }
+    if (opts.overwrite) run_dir_.remove_previous_run(same_file);
+    resume_at(st, opts.resume_path);
+    return;
+  }
+  if (!opts.resume && !opts.resume_if_present) {
+    if (!existing.empty()) {
+      if (!opts.overwrite)
+        usage_error("train.out_dir '{}' holds checkpoints of an earlier run (newest: {}): "
+                    "--resume continues it, --overwrite starts over and deletes them, or choose "
+                    "another train.out_dir",
+                    run_dir_.path(), existing.back().second);
+      run_dir_.remove_previous_run("");
+      log_.warn("--overwrite: deleted the earlier run's {} checkpoint(s), metrics, samples and "
+                "summary in {}",
+                existing.size(), run_dir_.path());
+    }
+    model_->init_weights(cfg_.train.seed);
+    return;
+  }
+  // The newest checkpoint that loads; newer damaged ones are set aside, named.
+  for (auto it = existing.rbegin(); it != existing.rend(); ++it) {
+    CheckpointState st;
+    try {
+      st = load_checkpoint(it->second);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Internal) throw;
+      log_.warn("skipping {}: {}; set aside as {}", it->second, e.what(),
+                run_dir_.set_aside(it->second));
+      continue;
+    }
+    resume_at(st, it->second);
+    return;
+  }
+  if (!existing.empty())
+    runtime_error("--resume: no valid checkpoint in {} (each was damaged and set aside as "
+                  "*.corrupt)",
+                  run_dir_.path());
+  if (!opts.resume_if_present)
+    runtime_error("--resume: no checkpoint in {} (--resume-if-present starts from scratch when "
+                  "there is none)",
+                  run_dir_.path());
+  log_.warn("--resume-if-present: no checkpoint in {}, starting from scratch", run_dir_.path());
+  model_->init_weights(cfg_.train.seed);
+}
+
+bool Trainer::finished_run_intact(Progress& p) {
+  const nlohmann::json s = run_dir_.read_summary();
+  const auto number = [&](const char* key) {
+    return s.is_object() && s.contains(key) && s[key].is_number();
+  };
+  if (number("steps") && s["steps"] == p.step && number("final_train_loss") &&
+      (number("final_val_loss") || !val_data_)) {
+    log_.info("the run is complete (step {}); {}/summary.json is kept", p.step, run_dir_.path());
+    return true;
+  }
+  // Killed between the final checkpoint and summary.json: the final step's losses were logged
+  // before its checkpoint was written.
+  p.train_loss = recorded_metric(run_dir_.path(), p.step, "train_loss");
+  p.val_loss = recorded_metric(run_dir_.path(), p.step, "val_loss");
+  if (!std::isfinite(p.val_loss)) p.val_loss = evaluate();
+  return false;
 }
 
 void Trainer::log_run_header() {
@@ -106,6 +201,10 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   model_->zero_grad();
   double loss_sum = 0;
   for (int micro = 0; micro < tc.grad_accum; ++micro) {
+    if (micro > 0 && stop_requested()) {
+      r.interrupted = true;
+      return r;
+    }
     {
       const ScopedRange range(*backend_, "data");
       train_data_->batch(step * tc.grad_accum + micro, inputs_.data(), targets_.data());
@@ -119,6 +218,12 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     log_.error("training diverged at step {}: loss {}, grad norm {}", step + 1, r.loss,
                r.grad_norm);
+    r.diverged = true;
+    return r;
+  }
+  if (const auto spike = spikes_.add(r.loss)) {
+    log_.error("training diverged at step {}: {}; stopped before its update and checkpoint",
+               step + 1, *spike);
     r.diverged = true;
     return r;
   }
@@ -142,23 +247,24 @@ void Trainer::after_step(int64_t done, const StepResult& r, double ms, double et
                      .ms = ms,
                      .eta_s = eta_s});
   if ((tc.eval_interval > 0 && done % tc.eval_interval == 0) || last) {
-    p.val_loss = evaluate();
+    p.val_loss = evaluate();  // NaN when a stop signal cut it short
     if (std::isfinite(p.val_loss)) log_.val_loss(done, total, cfg_.tokens_per_step(), p.val_loss);
   }
-  if (tc.sample_interval > 0 && done % tc.sample_interval == 0 && !last && tc.sample_tokens > 0)
+  if (tc.sample_interval > 0 && done % tc.sample_interval == 0 && !last && tc.sample_tokens > 0 &&
+      !stop_requested())
     log_.info("sample at step {}:\n{}", done, sample(tc.sample_tokens, tc.seed ^ uint64_t(done)));
-  if ((tc.checkpoint_interval > 0 && done % tc.checkpoint_interval == 0) || last) save(done);
+  if ((tc.checkpoint_interval > 0 && done % tc.checkpoint_interval == 0) || last) save(done, p);
 }
 
-bool Trainer::train_loop(Progress& p, StepProfile& profile) {
+void Trainer::train_loop(Progress& p, StepProfile& profile, const StopSignals& stop) {
   const int64_t total = cfg_.total_steps();
-  const StopSignals stop;
   StepTimeAverage step_time;
   using clock = std::chrono::steady_clock;
-  for (; p.step < total; ++p.step) {
+  while (p.step < total && !stop.requested()) {
     profile.begin_step(p.step);
     const auto t0 = clock::now();
     const StepResult r = train_step(p.step);
+    if (r.interrupted) break;
     p.train_loss = r.loss;
     if (r.diverged) {
       p.diverged = true;
@@ -168,21 +274,22 @@ bool Trainer::train_loop(Progress& p, StepProfile& profile) {
     const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
     profile.add_step_ms(ms);
     step_time.add(ms, p.step == p.start);
-    const int64_t done = p.step + 1;
+    const int64_t done = ++p.step;
     after_step(done, r, ms, step_time.ms_per_step(ms) * double(total - done) / 1000.0, p);
-    if (stop.requested()) {
-      log_.warn("interrupted: saving a checkpoint at step {} (resume with --resume)", done);
-      if (done != total) save(done);
-      ++p.step;
-      break;
-    }
+    if (p.diverged) break;
   }
-  return stop.requested();
+  if (!stop.requested() || p.diverged) return;
+  if (p.step == p.saved || p.step == p.start) {
+    log_.warn("interrupted at step {} (nothing new to save; resume with --resume)", p.step);
+    return;
+  }
+  log_.warn("interrupted: saving a checkpoint at step {} (resume with --resume)", p.step);
+  save(p.step, p);
 }
 
-void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile) {
+void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, bool stopped) {
   const auto& tc = cfg_.train;
-  if (!p.diverged && p.step == cfg_.total_steps() && tc.sample_tokens > 0) {
+  if (!p.diverged && !stopped && p.step == cfg_.total_steps() && tc.sample_tokens > 0) {
     const std::string text = sample(tc.sample_tokens, tc.seed ^ uint64_t(p.step));
     log_.info("sample:\n{}", text);
     run_dir_.append_sample(p.step, text);
@@ -206,21 +313,24 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile) {
 }
 
 int Trainer::run(const RunOptions& opts) {
-  run_dir_.prepare();
+  for (const std::string& name : run_dir_.prepare())
+    log_.warn("removed {}/{}, left by a write that was killed", run_dir_.path(), name);
+  const StopSignals stop;  // from here on, SIGINT / SIGTERM stop the run at a checkpoint
   Progress p;
-  p.start = p.step = start_or_resume(opts);
+  start_or_resume(opts, p);
+  if (p.resumed && p.start == cfg_.total_steps() && finished_run_intact(p)) return 0;
   run_dir_.write_resolved_config(to_yaml(cfg_));
-  log_.open_metrics(run_dir_.path(), opts.resume, p.start);
+  log_.open_metrics(run_dir_.path(), p.resumed, p.start);
   log_run_header();
 
   StepProfile profile(cfg_.train.profile, *backend_, p.start, cfg_.total_steps(), log_);
   const auto run_start = std::chrono::steady_clock::now();
-  const bool stopped = train_loop(p, profile);
+  train_loop(p, profile, stop);
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  finish(p, wall_s, profile);
+  finish(p, wall_s, profile, stop.requested());
   if (p.diverged) return 1;
-  return stopped ? 130 : 0;
+  return stop.requested() ? stop.exit_code() : 0;
 }
 
 }  // namespace eco

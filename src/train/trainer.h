@@ -14,6 +14,8 @@
 #include "model/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
+#include "train/checkpoint.h"
+#include "train/loss_spike.h"
 #include "train/plan_report.h"  // eco-train --plan, which callers of the trainer also use
 #include "train/run_context.h"
 #include "train/run_dir.h"
@@ -23,10 +25,19 @@
 namespace eco {
 
 class StepProfile;
+class StopSignals;
 
+// How a run starts (eco-train's flags; README, "Errors and exit codes").
 struct RunOptions {
+  // --resume: from the newest valid checkpoint in train.out_dir (newer corrupt ones are set
+  // aside as *.corrupt and named); an error when there is none.
   bool resume = false;
-  std::string resume_path;  // empty: the latest checkpoint in train.out_dir
+  // --resume-if-present: as --resume when train.out_dir holds a checkpoint, else from scratch.
+  bool resume_if_present = false;
+  std::string resume_path;  // --resume=PATH: this checkpoint (implies resume)
+  // --overwrite: a fresh run (or --resume=PATH) in an out_dir holding an earlier run's
+  // checkpoints deletes them (and its metrics, samples, summary) instead of refusing.
+  bool overwrite = false;
 };
 
 class Trainer {
@@ -35,7 +46,8 @@ class Trainer {
   explicit Trainer(const Config& cfg, RunContext ctx = {});
   ~Trainer();
   // Train to the configured number of steps. Returns the process exit code: 0, 1 when training
-  // diverged, 130 when stopped by SIGINT / SIGTERM (after saving a checkpoint).
+  // diverged, 130 / 143 when stopped by SIGINT / SIGTERM (after saving a checkpoint). Resuming a
+  // finished run keeps its summary.json (or rebuilds it from metrics.jsonl) and returns 0.
   int run(const RunOptions& opts);
 
   // Pieces usable on their own (tests, tools).
@@ -49,25 +61,39 @@ class Trainer {
   struct Progress {
     int64_t start = 0;  // the step the run started (or resumed) from
     int64_t step = 0;   // steps completed
+    int64_t saved = -1;  // the step of the newest checkpoint of this run (written or resumed)
+    bool resumed = false;
     double train_loss = std::nan(""), val_loss = std::nan("");
     bool diverged = false;
   };
   struct StepResult {
     double loss = 0, lr = 0, grad_norm = 0;
-    bool diverged = false;  // loss or grad norm not finite: the update was not applied
+    // The loss or grad norm not finite, or a loss spike (LossSpikeDetector): the update was not
+    // applied.
+    bool diverged = false;
+    bool interrupted = false;  // a stop signal between micro-batches: the step was abandoned
   };
 
-  int64_t start_or_resume(const RunOptions& opts);  // returns the step to continue from
+  // Sets p.start, p.step, p.saved and p.resumed.
+  void start_or_resume(const RunOptions& opts, Progress& p);
+  // Restores a loaded checkpoint; returns its step.
+  int64_t restore(const CheckpointState& st, const std::string& path);
+  // Resuming at the last step: true when summary.json of the finished run is intact (nothing
+  // to do); otherwise takes the final losses from metrics.jsonl (or evaluates) for finish().
+  bool finished_run_intact(Progress& p);
   void log_run_header();
   // One optimizer step (0-based `step`) over grad_accum micro-batches.
   StepResult train_step(int64_t step);
   // What falls due after `done` steps: progress line, eval, sample, checkpoint.
   void after_step(int64_t done, const StepResult& r, double ms, double eta_s, Progress& p);
-  // Steps until the end, divergence or a stop signal; returns whether a signal stopped it.
-  bool train_loop(Progress& p, StepProfile& profile);
-  void save(int64_t step);
-  // The final sample, summary.json and the closing line.
-  void finish(const Progress& p, double wall_s, StepProfile& profile);
+  // Steps until the end, divergence or a stop signal; then, if a signal stopped it, the
+  // checkpoint of the last completed step.
+  void train_loop(Progress& p, StepProfile& profile, const StopSignals& stop);
+  // Writes the checkpoint of `step` unless the state holds a non-finite value: then the run is
+  // marked diverged and nothing is written (the previous checkpoints stay).
+  void save(int64_t step, Progress& p);
+  // The final sample (unless stopped), summary.json and the closing line.
+  void finish(const Progress& p, double wall_s, StepProfile& profile, bool stopped);
 
   Config cfg_;
   RunContext ctx_;
@@ -78,6 +104,7 @@ class Trainer {
   std::unique_ptr<Optimizer> opt_;
   std::optional<DataLoader> train_data_, val_data_;
   std::optional<TextSampler> sampler_;
+  LossSpikeDetector spikes_;
   std::vector<int32_t> inputs_, targets_;  // one micro-batch, (B, T) each
 };
 

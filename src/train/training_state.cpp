@@ -1,6 +1,9 @@
 // Checkpoint contents: the run's tensors and step to and from a CheckpointState.
 #include "train/training_state.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "core/error.h"
 
 namespace eco {
@@ -26,13 +29,47 @@ CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
   return st;
 }
 
-int64_t restore_state(const std::string& path, const Config& cfg, Backend& backend,
-                      const NamedTensors& tensors) {
-  const CheckpointState st = load_checkpoint(path);
+std::string first_non_finite(const CheckpointState& st, const NamedTensors& tensors) {
+  for (size_t i = 0; i < tensors.size() && i < st.sections.size(); ++i) {
+    const DType dt = tensors[i].second.dtype;
+    const std::vector<char>& blob = st.sections[i].second;
+    const size_t n = blob.size() / dtype_size(dt);
+    for (size_t k = 0; k < n; ++k) {
+      double v = 0;
+      if (dt == DType::F32) {
+        float f;
+        std::memcpy(&f, blob.data() + 4 * k, 4);
+        v = f;
+      } else if (dt == DType::F64) {
+        std::memcpy(&v, blob.data() + 8 * k, 8);
+      } else if (dt == DType::BF16) {
+        uint16_t b;
+        std::memcpy(&b, blob.data() + 2 * k, 2);
+        v = bf16_to_float(b);
+      } else {
+        break;  // integer codes and token ids: nothing to check
+      }
+      if (!std::isfinite(v))
+        return fmt::format("'{}' holds {} at element {}", st.sections[i].first, v, k);
+    }
+  }
+  return "";
+}
+
+int64_t restore_state(const CheckpointState& st, const std::string& path, const Config& cfg,
+                      Backend& backend, const NamedTensors& tensors) {
   const std::string want = model_fingerprint(cfg);
   if (st.fingerprint != want)
     usage_error("{}: checkpoint was written by an incompatible config (checkpoint: {}; this config: {})",
                 path, st.fingerprint, want);
+  const std::vector<std::string> differ = trajectory_differences(st.config_yaml, cfg);
+  if (!differ.empty()) {
+    std::string list;
+    for (const std::string& d : differ) list += (list.empty() ? "" : "; ") + d;
+    usage_error("{}: checkpoint was written by a run with other settings ({}): resume with the "
+                "same settings, or start over with --overwrite",
+                path, list);
+  }
   if (st.sections.size() != tensors.size())
     runtime_error("{}: checkpoint has {} tensors, this run has {}", path, st.sections.size(),
                   tensors.size());

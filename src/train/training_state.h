@@ -23,9 +23,16 @@ NamedTensors persistent_tensors(Transformer& model, const Optimizer& opt);
 CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
                               const NamedTensors& tensors);
 
-// Loads `path` into `tensors` and returns its step. Refuses (naming the file) a checkpoint of
-// another model (fingerprint), one whose sections do not match, or one beyond the run's steps.
-int64_t restore_state(const std::string& path, const Config& cfg, Backend& backend,
-                      const NamedTensors& tensors);
+// The first float value (F32, F64, BF16 tensors) that is NaN or infinite in `st`, as
+// "'h.0.attn.qkv.weight.m' holds nan"; "" when every value is finite. A checkpoint is written
+// only when this is "" (FP8 codes cannot be NaN without a NaN scale).
+std::string first_non_finite(const CheckpointState& st, const NamedTensors& tensors);
+
+// Restores `st` (read from `path`) into `tensors` and returns its step. Refuses (naming the file)
+// a checkpoint of another model (fingerprint), of another trajectory (trajectory_differences:
+// seed, lr, batch, schedule, ...), one whose sections do not match, or one beyond the run's
+// steps.
+int64_t restore_state(const CheckpointState& st, const std::string& path, const Config& cfg,
+                      Backend& backend, const NamedTensors& tensors);
 
 }  // namespace eco

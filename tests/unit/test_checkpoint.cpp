@@ -1,6 +1,7 @@
 // Checkpoint files: exact round trip, every kind of damage refused with the file named, atomic
 // replacement (no .tmp left behind), and finding / pruning checkpoints in a run directory.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,11 +11,13 @@
 #include <functional>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "train/checkpoint.h"
+#include "train/training_state.h"
 
 namespace fs = std::filesystem;
 using eco::CheckpointState;
@@ -255,4 +258,37 @@ TEST_F(CheckpointFiles, PruneWithFewerThanNKeepsAll) {
   eco::save_checkpoint(path(eco::checkpoint_name(1)), sample_state(1));
   eco::prune_checkpoints(dir_.string(), 3);
   EXPECT_EQ(listing(), std::vector<std::string>{"ckpt_00000001.bin"});
+}
+
+// ---- values no run writes (issue 12) ----------------------------------------------------------
+
+TEST_F(Checkpoint, ACrcValidNegativeStepIsCorrupt) {
+  eco::save_checkpoint(path("c.bin"), sample_state(-5));
+  expect_error([&] { eco::load_checkpoint(path("c.bin")); },
+               {path("c.bin"), "corrupt checkpoint: step -5"});
+}
+
+TEST_F(Checkpoint, AFifoIsRefusedWithoutBlocking) {
+  ASSERT_EQ(::mkfifo(path("fifo.bin").c_str(), 0644), 0);
+  expect_error([&] { eco::load_checkpoint(path("fifo.bin")); }, {"fifo.bin", "not a regular file"});
+}
+
+TEST(CheckpointGuard, FindsTheFirstNonFiniteFloatAndIgnoresCodes) {
+  CheckpointState st;
+  const float ok[3] = {1.0f, -2.0f, 0.0f};
+  const float bad[3] = {1.0f, std::numeric_limits<float>::infinity(), 0.0f};
+  const auto blob = [](const float* f) {
+    return std::vector<char>(reinterpret_cast<const char*>(f), reinterpret_cast<const char*>(f + 3));
+  };
+  st.sections = {{"codes", std::vector<char>(3, '\xff')}, {"w", blob(ok)}, {"w.m", blob(bad)}};
+  eco::NamedTensors tensors;
+  for (const auto& [name, bytes] : st.sections) {
+    eco::Tensor t;
+    t.shape = {3};
+    t.dtype = name == "codes" ? eco::DType::U8 : eco::DType::F32;
+    tensors.emplace_back(name, t);
+  }
+  EXPECT_EQ(eco::first_non_finite(st, tensors), "'w.m' holds inf at element 1");
+  st.sections[2].second = blob(ok);
+  EXPECT_EQ(eco::first_non_finite(st, tensors), "");
 }

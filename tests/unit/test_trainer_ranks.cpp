@@ -78,7 +78,7 @@ TEST(RunContext, PrefixesLogLinesOnlyWhenThereAreSeveralRanks) {
 }
 
 // Rank 1 of 2 trains like any rank but writes nothing, prints no progress, and its warnings
-// (here: --resume with nothing to resume) carry its rank.
+// (here: --resume-if-present with nothing to resume) carry its rank.
 TEST(TrainerRanks, NonLeadRankWritesNoFilesAndItsLinesCarryTheRank) {
   TempDir dir;
   std::vector<std::string> lines;
@@ -86,12 +86,12 @@ TEST(TrainerRanks, NonLeadRankWritesNoFilesAndItsLinesCarryTheRank) {
     const CapturedLog log;
     Trainer t(tiny_run(dir.path / "run"), RunContext{.rank = 1, .world = 2});
     RunOptions resume;
-    resume.resume = true;
+    resume.resume_if_present = true;
     EXPECT_EQ(t.run(resume), 0);
     lines = log.lines();
   }
   EXPECT_FALSE(fs::exists(dir.path / "run")) << "rank 1 created the run directory";
-  ASSERT_FALSE(lines.empty()) << "the --resume warning was not printed";
+  ASSERT_FALSE(lines.empty()) << "the --resume-if-present warning was not printed";
   EXPECT_TRUE(contains(lines, "no checkpoint in")) << lines[0];
   for (const auto& l : lines) {
     EXPECT_EQ(l.rfind("[rank 1/2] ", 0), 0u) << "line without the rank: " << l;
