@@ -41,7 +41,8 @@ struct ParamSpec {
 
 struct ParamTable {
   std::vector<ParamSpec> specs;
-  int64_t total = 0;  // elements
+  int64_t total = 0;   // elements
+  int64_t active = 0;  // elements a token passes through (total, less the unrouted experts)
 
   const ParamSpec& operator[](const std::string& name) const;
   int64_t count_quantizable() const;

@@ -124,6 +124,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   }
   const ScopedRange range(*backend_, "optimizer step");
   opt_->step(r.lr, r.grad_norm);  // clips to optim.grad_clip by grad_norm
+  model_->after_optimizer_step();
   return r;
 }
 
