@@ -188,6 +188,7 @@ Transformer::MoeSummary Transformer::moe_summary() const {
     m.aux += st->aux;
     m.z += st->z;
     m.entropy += st->entropy;
+    m.loads.push_back(st->routed);
     ++m.layers;
   }
   if (m.layers > 0) m.entropy /= m.layers;

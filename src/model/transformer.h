@@ -64,6 +64,7 @@ class Transformer {
     double load_mean = 0;                // tokens * k / E
     int64_t dropped = 0;
     double aux = 0, z = 0, entropy = 0;
+    std::vector<std::vector<int64_t>> loads;  // (MoE layers, E) slots per expert
   };
   MoeSummary moe_summary() const;
   // The loss terms the MoE layers add to the objective in the last forward (aux + z, with their
