@@ -71,13 +71,20 @@ void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& n
   stats_.entropy = sums.entropy_sum / N;
 }
 
+template <class Fn>
+void MoeMlp::for_each_segment(Fn fn) const {
+  int64_t r0 = 0;
+  for (size_t e = 0; e < dispatch_.counts.size(); ++e) {
+    const int n = int(dispatch_.counts[e]);
+    if (n > 0) fn(e, r0, n);
+    r0 += n;
+  }
+}
+
 void MoeMlp::experts_forward(const ModelContext& ctx) {
   const MoeConfig& m = ctx.cfg.moe;
   const int C = ctx.cfg.d_model, H = m.expert_hidden, FC = int(m.expert_fc_rows());
-  int64_t r0 = 0;
-  for (size_t e = 0; e < fc_.size(); ++e) {
-    const int n = int(dispatch_.counts[e]);
-    if (n == 0) continue;
+  for_each_segment([&](size_t e, int64_t r0, int n) {
     const Tensor x = rows_x_.slice(r0 * C, {n, C}), h = rows_fc_.slice(r0 * FC, {n, FC}),
                  a = rows_act_.slice(r0 * H, {n, H}), y = rows_y_.slice(r0 * C, {n, C});
     linear_forward(ctx, fc_[e], h, x, x, n, C, FC);  // the rows are a copy: cast in place
@@ -86,8 +93,7 @@ void MoeMlp::experts_forward(const ModelContext& ctx) {
     else
       ctx.be.gelu_forward(a, h, int64_t(n) * H);
     linear_forward(ctx, proj_[e], y, a, a, n, H, C);
-    r0 += n;
-  }
+  });
 }
 
 void MoeMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tensor& d_normed,
@@ -129,28 +135,20 @@ void MoeMlp::experts_backward(const ModelContext& ctx, const BlockScratch& s) {
   // proj backward of every expert (d_rows holds dL/d y), then the activation over all rows,
   // then fc backward into d_rows again (now dL/d x; its dL/d y is spent).
   be.zero(s.moe_d_act);
-  int64_t r0 = 0;
-  for (size_t e = 0; e < proj_.size(); ++e) {
-    const int n = int(dispatch_.counts[e]);
-    if (n == 0) continue;
+  for_each_segment([&](size_t e, int64_t r0, int n) {
     linear_backward(ctx, proj_[e], s.moe_d_act.slice(r0 * H, {n, H}),
                     s.moe_d_rows.slice(r0 * C, {n, C}), rows_act_.slice(r0 * H, {n, H}), n, H, C);
-    r0 += n;
-  }
+  });
   be.zero(s.moe_d_fc);
   if (m.expert_act == MlpKind::Swiglu)
     be.swiglu_backward(s.moe_d_fc, s.moe_d_act, rows_fc_, int(R), H);
   else
     be.gelu_backward(s.moe_d_fc, rows_fc_, s.moe_d_act, R * H);
   be.zero(s.moe_d_rows);
-  r0 = 0;
-  for (size_t e = 0; e < fc_.size(); ++e) {
-    const int n = int(dispatch_.counts[e]);
-    if (n == 0) continue;
+  for_each_segment([&](size_t e, int64_t r0, int n) {
     linear_backward(ctx, fc_[e], s.moe_d_rows.slice(r0 * C, {n, C}),
                     s.moe_d_fc.slice(r0 * FC, {n, FC}), rows_x_.slice(r0 * C, {n, C}), n, C, FC);
-    r0 += n;
-  }
+  });
 }
 
 void MoeMlp::after_optimizer_step(const ModelContext& ctx) {

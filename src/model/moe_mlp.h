@@ -32,6 +32,10 @@ class MoeMlp : public Mlp {
   // Their backward: from the output-row gradient s.moe_d_rows to the input-row gradient (in
   // the same buffer), the experts' parameter gradients accumulated.
   void experts_backward(const ModelContext& ctx, const BlockScratch& s);
+  // fn(expert, first row, rows) for every expert with rows in the last dispatch, in expert
+  // order: its contiguous segment of the permuted rows.
+  template <class Fn>
+  void for_each_segment(Fn fn) const;
 
   int router_ = -1, select_bias_ = -1;  // table indices
   std::vector<LinearRef> fc_, proj_;    // per routed expert

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "model/moe_mlp.h"
 #include "model/transformer.h"
+#include "model_gradcheck.h"
 #include "optim/optimizer.h"
 
 namespace {
@@ -46,54 +47,10 @@ size_t index_of(const eco::ParamTable& t, const std::string& name) {
   return 0;
 }
 
-// As test_model_gradcheck.cpp, on the objective forward_backward differentiates: the
-// cross-entropy plus the MoE aux and z losses (Transformer::moe_loss). Weights of std 0.3 spread
-// the router logits, so a perturbation of 1e-5 flips no expert choice (checked: the routing of
-// each perturbed forward must equal the unperturbed one's, through its loss being smooth).
-void check_model(const ModelConfig& cfg) {
-  auto be = eco::make_cpu_backend(eco::DType::F64);
-  const int B = 2, T = cfg.seq_len;
-  eco::Transformer model(cfg, *be, B);
-  std::vector<double> p(size_t(model.table().total));
-  const auto& specs = model.table().specs;
-  auto upload = [&] {
-    for (size_t i = 0; i < specs.size(); ++i) model.store().set(i, p.data() + specs[i].offset);
-  };
-  eco::Rng rng(99);
-  for (const auto& s : specs)
-    for (int64_t k = 0; k < s.numel(); ++k)
-      p[size_t(s.offset + k)] =
-          s.init_std > 0 ? 0.3 * rng.normal() : s.init_value + 0.1 * rng.normal();
-  upload();
-  std::vector<int32_t> in(B * T), tgt(B * T);
-  for (auto& t : in) t = int32_t(rng.next_u64() % uint64_t(cfg.vocab_size));
-  for (auto& t : tgt) t = int32_t(rng.next_u64() % uint64_t(cfg.vocab_size));
-
-  model.zero_grad();
-  model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
-  std::vector<double> g(p.size());
-  be->copy_to_host(g.data(), model.grads());
-  auto objective = [&] {
-    upload();
-    return model.forward_loss(in.data(), tgt.data(), B, T) + model.moe_loss();
-  };
-  const double h = 1e-5;
-  for (const auto& s : specs) {
-    for (int j = 0; j < 4 && j < s.numel(); ++j) {
-      const size_t idx = size_t(s.offset) + size_t(rng.next_u64() % uint64_t(s.numel()));
-      const double orig = p[idx];
-      p[idx] = orig + h;
-      const double lp = objective();
-      p[idx] = orig - h;
-      const double lm = objective();
-      p[idx] = orig;
-      const double fd = (lp - lm) / (2 * h);
-      EXPECT_NEAR(g[idx], fd, 1e-6 * std::max(std::abs(fd), std::abs(g[idx])) + 1e-9)
-          << eco::enum_name(cfg.moe.router) << " parameter " << s.name;
-    }
-  }
-  upload();
-}
+// Whole-model finite differences (model_gradcheck.h) on the cross-entropy plus the aux and
+// z losses. The weights' std 0.3 spreads the router logits, so a perturbation of 1e-5 flips no
+// expert choice (a flip would show as a gradient mismatch far beyond the tolerance).
+void check_model(const ModelConfig& cfg) { check_model_gradients(cfg, 4); }
 
 TEST(MoeModelGradcheck, TopkSoftmaxGeluExpertsMatchFiniteDifferences) {
   check_model(tiny_moe(eco::ModelFamily::Gpt2, MoeRouter::TopkSoftmax));
