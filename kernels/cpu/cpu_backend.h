@@ -16,6 +16,7 @@
 #include "kernels/common/qformat.h"
 #include "kernels/cpu/host_op_timer.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/quantized_update.h"
 #include "kernels/cpu/quantize.h"
 #include "model/backend.h"
@@ -159,6 +160,55 @@ class CpuBackend : public Backend {
     ECO_ASSERT(ld == V, "cpu: logits stride {} != vocabulary {} (the CPU never pads)", ld, V);
     cpu::crossentropy_forward_backward(p(losses), p(dlogits), p(logits), targets.as<int32_t>(), N,
                                        V, dloss);
+  }
+
+  void moe_route(const Tensor& idx, const Tensor& gates, const Tensor& probs, const Tensor& lse,
+                 const Tensor& logits, const Tensor& select_bias, int N, int E, int k,
+                 MoeRouter mode, bool norm_topk) override {
+    ECO_CPU_OP("moe_route");
+    cpu::moe_route(idx.as<int32_t>(), p(gates), p(probs), p(lse), p(logits), p(select_bias), N,
+                   E, k, mode, norm_topk);
+  }
+  MoeRouterSums moe_router_sums(const Tensor& probs, const Tensor& lse, int N, int E) override {
+    ECO_CPU_OP("moe_router_sums");
+    return cpu::moe_router_sums(p(probs), p(lse), N, E);
+  }
+  MoeDispatch moe_dispatch(const Tensor& row_of_slot, const Tensor& token_of_row,
+                           const Tensor& idx, const Tensor& gates, int N, int E, int k,
+                           int64_t capacity) override {
+    ECO_CPU_OP("moe_dispatch");
+    return cpu::moe_dispatch(row_of_slot.as<int32_t>(), token_of_row.as<int32_t>(),
+                             idx.as<int32_t>(), p(gates), N, E, k, capacity);
+  }
+  void moe_gather(const Tensor& rows, const Tensor& x, const Tensor& token_of_row, int64_t R,
+                  int C) override {
+    ECO_CPU_OP("moe_gather");
+    cpu::moe_gather(p(rows), p(x), token_of_row.as<int32_t>(), R, C);
+  }
+  void moe_combine(const Tensor& out, const Tensor& y, const Tensor& gates,
+                   const Tensor& row_of_slot, int N, int C, int k, bool accumulate) override {
+    ECO_CPU_OP("moe_combine");
+    cpu::moe_combine(p(out), p(y), p(gates), row_of_slot.as<int32_t>(), N, C, k, accumulate);
+  }
+  void moe_combine_backward(const Tensor& dy, const Tensor& dgates, const Tensor& dout,
+                            const Tensor& y, const Tensor& gates, const Tensor& row_of_slot,
+                            int N, int C, int k) override {
+    ECO_CPU_OP("moe_combine_backward");
+    cpu::moe_combine_backward(p(dy), p(dgates), p(dout), p(y), p(gates),
+                              row_of_slot.as<int32_t>(), N, C, k);
+  }
+  void moe_scatter_add(const Tensor& dx, const Tensor& drows, const Tensor& row_of_slot, int N,
+                       int C, int k) override {
+    ECO_CPU_OP("moe_scatter_add");
+    cpu::moe_scatter_add(p(dx), p(drows), row_of_slot.as<int32_t>(), N, C, k);
+  }
+  void moe_router_backward(const Tensor& dlogits, const Tensor& dgates, const Tensor& idx,
+                           const Tensor& gates, const Tensor& probs, const Tensor& logits,
+                           const Tensor& lse, const std::vector<double>& aux_w, double z_coef,
+                           int N, int E, int k, MoeRouter mode, bool norm_topk) override {
+    ECO_CPU_OP("moe_router_backward");
+    cpu::moe_router_backward(p(dlogits), p(dgates), idx.as<int32_t>(), p(gates), p(probs),
+                             p(logits), p(lse), aux_w, z_coef, N, E, k, mode, norm_topk);
   }
 
   void dequantize(const Tensor& out, const QTensor& q) override {

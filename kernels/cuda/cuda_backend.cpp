@@ -364,6 +364,44 @@ class CudaBackend final : public Backend {
   }
 
   // ---- quantization ---------------------------------------------------------------------------
+  // The MoE operations have no CUDA kernels yet (issue 13): config validation refuses MoE with
+  // device: cuda, so reaching one of these is a usage error of code that bypassed it.
+  [[noreturn]] static void moe_not_built(const char* op) {
+    usage_error("{}: the CUDA MoE kernels are not built yet (issue 13); train MoE models with "
+                "device: cpu",
+                op);
+  }
+  void moe_route(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                 const Tensor&, int, int, int, MoeRouter, bool) override {
+    moe_not_built("moe_route");
+  }
+  MoeRouterSums moe_router_sums(const Tensor&, const Tensor&, int, int) override {
+    moe_not_built("moe_router_sums");
+  }
+  MoeDispatch moe_dispatch(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int,
+                           int, int64_t) override {
+    moe_not_built("moe_dispatch");
+  }
+  void moe_gather(const Tensor&, const Tensor&, const Tensor&, int64_t, int) override {
+    moe_not_built("moe_gather");
+  }
+  void moe_combine(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, int,
+                   bool) override {
+    moe_not_built("moe_combine");
+  }
+  void moe_combine_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&, const Tensor&, int, int, int) override {
+    moe_not_built("moe_combine_backward");
+  }
+  void moe_scatter_add(const Tensor&, const Tensor&, const Tensor&, int, int, int) override {
+    moe_not_built("moe_scatter_add");
+  }
+  void moe_router_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                           const Tensor&, const Tensor&, const Tensor&, const std::vector<double>&,
+                           double, int, int, int, MoeRouter, bool) override {
+    moe_not_built("moe_router_backward");
+  }
+
   void dequantize(const Tensor& out, const QTensor& q) override {
     ECO_OP("dequantize");
     ECO_ASSERT(out.numel() == q.numel(), "dequantize of a ({}, {}) QTensor into {} elements",

@@ -13,140 +13,12 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "core/treatment.h"
+#include "core/config_reader.h"
 
 namespace eco {
 namespace {
 
-const char* kind_name(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Null: return "null";
-    default: return "a scalar";
-  }
-}
-
-// The config names of an enum's values, in declaration order.
-template <class E, size_t N>
-struct EnumNames {
-  const char* names[N];
-  const char* operator()(E v) const { return size_t(v) < N ? names[size_t(v)] : "?"; }
-};
-constexpr EnumNames<ModelFamily, 2> kFamilyNames{{"gpt2", "llama"}};
-constexpr EnumNames<NormKind, 2> kNormNames{{"layernorm", "rmsnorm"}};
-constexpr EnumNames<MlpKind, 2> kMlpNames{{"gelu", "swiglu"}};
-constexpr EnumNames<PositionKind, 2> kPositionNames{{"learned", "rope"}};
-constexpr EnumNames<OptimizerKind, 2> kOptimizerNames{{"adamw", "sgdm"}};
-constexpr EnumNames<LrSchedule, 3> kScheduleNames{{"cosine", "linear", "constant"}};
-constexpr EnumNames<StateDType, 2> kStateDTypeNames{{"fp32", "bf16"}};
-constexpr EnumNames<DataSource, 2> kDataSourceNames{{"shards", "synthetic"}};
-constexpr EnumNames<Device, 2> kDeviceNames{{"cpu", "cuda"}};
-constexpr EnumNames<QuantizeScope, 2> kQuantizeScopeNames{{"blocks", "experts"}};
-
-// "'a' or 'b'", "'a', 'b' or 'c'": the valid values in a message.
-template <class E, size_t N>
-std::string quoted_choices(const EnumNames<E, N>& t) {
-  std::string out;
-  for (size_t i = 0; i < N; ++i)
-    out += fmt::format("{}'{}'", i == 0 ? "" : i + 1 == N ? " or " : ", ", t.names[i]);
-  return out;
-}
-
-// The value named `text`; an unknown name is a usage error naming the file, the key and the
-// valid values.
-template <class E, size_t N>
-E parse_enum(const EnumNames<E, N>& t, const std::string& text, const std::string& origin,
-             const char* key) {
-  for (size_t i = 0; i < N; ++i)
-    if (text == t.names[i]) return E(i);
-  usage_error("{}: key '{}': expected {}, got '{}'", origin, key, quoted_choices(t),
-              clip_for_message(text));
-}
-
-// Reads the keys of one section, remembering which were consumed so leftovers can be reported.
-class SectionReader {
- public:
-  SectionReader(const YAML::Node& node, std::string section, const std::string& origin)
-      : node_(node), section_(std::move(section)), origin_(origin) {
-    if (node_ && !node_.IsNull() && !node_.IsMap())
-      usage_error("{}: '{}' must be a mapping of keys, got {}", origin_, section_,
-                  kind_name(node_));
-  }
-
-  template <class T>
-  void get(const char* key, T& out) {
-    known_.insert(key);
-    if (!node_ || !node_.IsMap()) return;
-    YAML::Node v = node_[key];
-    if (!v || v.IsNull()) return;
-    if (!v.IsScalar())
-      usage_error("{}: key '{}.{}' must be {}, got {}", origin_, section_, key, type_name<T>(),
-                  kind_name(v));
-    try {
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        // Read wide, then range-check: 3000000000 for an int key is out of range, not "not an
-        // integer".
-        using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
-        const Wide w = v.as<Wide>();
-        if (w < Wide(std::numeric_limits<T>::min()) || w > Wide(std::numeric_limits<T>::max()))
-          usage_error("{}: key '{}.{}' must be an integer in [{}, {}], got {}", origin_, section_,
-                      key, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), w);
-        out = T(w);
-      } else {
-        out = v.as<T>();
-      }
-    } catch (const YAML::BadConversion&) {
-      usage_error("{}: key '{}.{}' must be {}, got '{}'", origin_, section_, key, type_name<T>(),
-                  clip_for_message(v.Scalar()));
-    }
-  }
-
-  // A string key whose value is one of an enum's names.
-  template <class E, size_t N>
-  void get_enum(const char* key, E& out, const EnumNames<E, N>& names) {
-    std::string text = names(out);
-    get(key, text);
-    out = parse_enum(names, text, origin_, (section_ + "." + key).c_str());
-  }
-
-  bool has(const char* key) const {
-    return node_ && node_.IsMap() && node_[key] && !node_[key].IsNull();
-  }
-
-  void finish() const {
-    if (!node_ || !node_.IsMap()) return;
-    std::set<std::string> seen;
-    for (const auto& kv : node_) {
-      if (!kv.first.IsScalar())
-        usage_error("{}: a key of '{}' is {}, expected a name", origin_, section_,
-                    kind_name(kv.first));
-      const std::string k = kv.first.Scalar();
-      if (!seen.insert(k).second)
-        usage_error("{}: key '{}.{}' appears more than once", origin_, section_,
-                    clip_for_message(k));
-      if (!known_.count(k)) {
-        std::string list;
-        for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;
-        usage_error("{}: unknown key '{}.{}' (known keys in '{}': {})", origin_, section_,
-                    clip_for_message(k), section_, list);
-      }
-    }
-  }
-
- private:
-  template <class T>
-  static const char* type_name() {
-    if constexpr (std::is_same_v<T, bool>) return "true or false";
-    else if constexpr (std::is_integral_v<T>) return "an integer";
-    else if constexpr (std::is_floating_point_v<T>) return "a number";
-    else return "a string";
-  }
-
-  YAML::Node node_;
-  std::string section_;
-  const std::string& origin_;
-  std::set<std::string> known_;
-};
+using namespace config_reader;
 
 void apply_override(YAML::Node& root, const std::string& kv) {
   const auto eq = kv.find('=');
@@ -181,10 +53,6 @@ void apply_override(YAML::Node& root, const std::string& kv) {
     cur.reset(cur[parts[i]]);
   }
   cur[parts.back()] = parsed;
-}
-
-void require(bool ok, const std::string& origin, const char* key, const std::string& why) {
-  if (!ok) usage_error("{}: key '{}': {}", origin, key, why);
 }
 
 // An integer key within [lo, hi]; the message names both bounds ("must be in [1, 16384], got
@@ -243,6 +111,7 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("tie_embeddings", m.tie_embeddings);
     r.get("rope_theta", m.rope_theta);
     r.get("norm_eps", m.norm_eps);
+    read_moe_config(r, m, origin);
     r.finish();
     using L = ConfigLimits;
     require_range(m.n_layer, 1, L::kMaxLayers, origin, "model.n_layer");
@@ -391,6 +260,8 @@ Config from_node(YAML::Node root, const std::string& origin) {
     if (!d.IsScalar()) usage_error("{}: key 'device' must be 'cpu' or 'cuda'", origin);
     c.device = parse_enum(kDeviceNames, d.Scalar(), origin, "device");
   }
+  require(!(c.model.moe.enabled() && c.device == Device::Cuda), origin, "model.moe",
+          "the CUDA MoE kernels are not built yet (issue 13); train MoE models with device: cpu");
   return c;
 }
 
@@ -473,6 +344,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "tie_embeddings" << YAML::Value << c.model.tie_embeddings;
   e << YAML::Key << "rope_theta" << YAML::Value << c.model.rope_theta;
   e << YAML::Key << "norm_eps" << YAML::Value << c.model.norm_eps;
+  if (c.model.moe.enabled()) write_moe_yaml(e, c.model.moe);
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "source" << YAML::Value << enum_name(c.data.source);
@@ -543,7 +415,8 @@ std::string model_fingerprint(const Config& c) {
       "tie_embeddings={} treatment={} optimizer={} state_dtype={}",
       enum_name(m.family), m.n_layer, m.n_head, m.d_model, m.mlp_hidden, m.vocab_size,
       m.max_seq_len, m.tie_embeddings, c.precision.treatment.name, enum_name(c.optim.name),
-      enum_name(c.optim.state_dtype)) + scope;
+      enum_name(c.optim.state_dtype)) + scope +
+         (m.moe.enabled() ? moe_fingerprint(m.moe) : std::string());
 }
 
 std::vector<std::string> trajectory_keys(const Config& c) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/moe_config.h"
 #include "core/treatment.h"
 
 namespace eco {
@@ -82,6 +83,7 @@ struct ModelConfig {
   bool tie_embeddings = true;  // default depends on family (gpt2 tied, llama untied)
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
+  MoeConfig moe;  // model.moe; n_experts 0 (the default): dense
 
   int head_dim() const { return d_model / n_head; }
   bool norm_bias() const { return norm == NormKind::LayerNorm; }

@@ -17,6 +17,8 @@
 #include "core/treatment.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/eco_update.h"
+#include "kernels/common/moe_router.h"
+#include "kernels/common/moe_stats.h"
 #include "kernels/common/optimizer_rules.h"
 
 namespace eco {
@@ -177,6 +179,45 @@ class Backend {
   virtual void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
                                              const Tensor& logits, const Tensor& targets, int N,
                                              int V, int ld, float dloss) = 0;
+
+  // ---- mixture of experts (kernels/cpu/moe.h has the exact contracts and the layout) --------
+  // N tokens, E experts, k per token; a token's slots s = t * k + j; the dispatch sorts them by
+  // expert into R rows (row_of_slot (N * k), token_of_row (R), int32; -1: dropped slot).
+  // idx (N, k) i32, gates (N, k), probs (N, E) = softmax, lse (N) from logits (N, E);
+  // select_bias (E) for MoeRouter::SigmoidBias, else empty.
+  virtual void moe_route(const Tensor& idx, const Tensor& gates, const Tensor& probs,
+                         const Tensor& lse, const Tensor& logits, const Tensor& select_bias,
+                         int N, int E, int k, MoeRouter mode, bool norm_topk) = 0;
+  // The router's sums over the N tokens, on the host (aux loss, z-loss, entropy).
+  virtual MoeRouterSums moe_router_sums(const Tensor& probs, const Tensor& lse, int N,
+                                        int E) = 0;
+  // The counting sort of the slots by expert, stable in slot order, each expert keeping at most
+  // `capacity` slots (its highest gates); returns the histogram on the host (it sizes the
+  // expert GEMMs: one copy to the host per layer and forward).
+  virtual MoeDispatch moe_dispatch(const Tensor& row_of_slot, const Tensor& token_of_row,
+                                   const Tensor& idx, const Tensor& gates, int N, int E, int k,
+                                   int64_t capacity) = 0;
+  // rows (R, C) = x[token_of_row].
+  virtual void moe_gather(const Tensor& rows, const Tensor& x, const Tensor& token_of_row,
+                          int64_t R, int C) = 0;
+  // out (N, C) (= or +=) the gate-weighted sum of each token's k rows of y, in fixed k order.
+  virtual void moe_combine(const Tensor& out, const Tensor& y, const Tensor& gates,
+                           const Tensor& row_of_slot, int N, int C, int k, bool accumulate) = 0;
+  // dy (R, C) and dgates (N, k) from dout (N, C) (both written).
+  virtual void moe_combine_backward(const Tensor& dy, const Tensor& dgates, const Tensor& dout,
+                                    const Tensor& y, const Tensor& gates,
+                                    const Tensor& row_of_slot, int N, int C, int k) = 0;
+  // dx (N, C) += the sum of each token's k rows of drows (R, C), in fixed k order.
+  virtual void moe_scatter_add(const Tensor& dx, const Tensor& drows, const Tensor& row_of_slot,
+                               int N, int C, int k) = 0;
+  // dlogits (N, E) += the router backward from dgates (N, k), the aux loss's per-expert
+  // weights aux_w (E; empty: no aux loss) and the z-loss coefficient (kernels/common/
+  // moe_router.h, moe_router_backward_token).
+  virtual void moe_router_backward(const Tensor& dlogits, const Tensor& dgates,
+                                   const Tensor& idx, const Tensor& gates, const Tensor& probs,
+                                   const Tensor& logits, const Tensor& lse,
+                                   const std::vector<double>& aux_w, double z_coef, int N, int E,
+                                   int k, MoeRouter mode, bool norm_topk) = 0;
 
   // ---- quantization ---------------------------------------------------------------------------
   // out (rows, cols) fp32 = dequant(q).

@@ -17,6 +17,8 @@ class Block {
 
   const AttentionBlock& attention() const { return attn_; }
   const Tensor& output() const { return resid_out_; }  // resid_out (N, C)
+  Mlp& mlp() { return *mlp_; }
+  const Mlp& mlp() const { return *mlp_; }
 
   // From x (N, C; attention().normed() already holds norm1(x)) to output(), and next.out =
   // the next norm of output() (next: the next block's norm1 or the final norm).
@@ -30,7 +32,7 @@ class Block {
   Tensor resid_mid_;  // (N, C) x + attn
   NormRef norm2_;
   NormActs norm2_acts_;
-  std::unique_ptr<Mlp> mlp_;  // dense today; MoE plugs in here (model/mlp.h)
+  std::unique_ptr<Mlp> mlp_;  // dense or MoE (make_mlp, model/mlp.h)
   Tensor resid_out_;  // (N, C) resid_mid + mlp
 };
 

@@ -1,27 +1,38 @@
 // The dense MLP's forward and backward over the Backend interface (H mlp hidden, FC fc rows).
 #include "model/dense_mlp.h"
 
+#include "model/moe_mlp.h"
+
 namespace eco {
 
 std::unique_ptr<Mlp> make_mlp(const ModelContext& ctx, const std::string& prefix, int layer,
                               int64_t N) {
+  if (ctx.cfg.moe.is_moe_layer(layer)) return std::make_unique<MoeMlp>(ctx, prefix, layer, N);
   return std::make_unique<DenseMlp>(ctx, prefix, layer, N);
 }
 
-DenseMlp::DenseMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t N) {
-  fc_ = {ctx.index(p + "mlp.fc.weight"), ctx.index(p + "mlp.fc.bias")};
-  proj_ = {ctx.index(p + "mlp.proj.weight"), ctx.index(p + "mlp.proj.bias")};
+DenseMlp::DenseMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t N)
+    : DenseMlp(ctx, p + "mlp.", fmt::format("h.{}", layer), ctx.cfg.mlp_hidden, ctx.cfg.mlp, N,
+               false) {}
+
+DenseMlp::DenseMlp(const ModelContext& ctx, const std::string& params, const std::string& acts,
+                   int H, MlpKind act, int64_t N, bool own_input)
+    : H_(H), act_kind_(act) {
+  fc_ = {ctx.index(params + "fc.weight"), ctx.index(params + "fc.bias")};
+  proj_ = {ctx.index(params + "proj.weight"), ctx.index(params + "proj.bias")};
   const DType at = ctx.be.act_dtype();
-  fc_out_ = ctx.be.alloc(fmt::format("h.{}.fc", layer), {N, ctx.cfg.fc_rows()}, at,
-                         MemCategory::Activations);
-  act_ = ctx.be.alloc(fmt::format("h.{}.act", layer), {N, ctx.cfg.mlp_hidden}, at,
-                      MemCategory::Activations);
+  const int64_t FC = act == MlpKind::Swiglu ? 2 * int64_t(H) : H;
+  fc_out_ = ctx.be.alloc(acts + ".fc", {N, FC}, at, MemCategory::Activations);
+  act_ = ctx.be.alloc(acts + ".act", {N, H}, at, MemCategory::Activations);
+  if (own_input && ctx.store.storage(size_t(fc_.weight)).act != ActCast::None)
+    input_ = ctx.be.alloc(acts + ".in", {N, ctx.cfg.d_model}, at, MemCategory::Activations);
 }
 
 void DenseMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& normed, int N) {
-  const int C = ctx.cfg.d_model, H = ctx.cfg.mlp_hidden, FC = int(ctx.cfg.fc_rows());
-  linear_forward(ctx, fc_, fc_out_, normed, normed, N, C, FC);  // (N, FC)
-  if (ctx.cfg.mlp == MlpKind::Swiglu)
+  const int C = ctx.cfg.d_model, H = H_, FC = act_kind_ == MlpKind::Swiglu ? 2 * H : H;
+  const Tensor& in = input_.empty() ? normed : input_;
+  linear_forward(ctx, fc_, fc_out_, normed, in, N, C, FC);  // (N, FC)
+  if (act_kind_ == MlpKind::Swiglu)
     ctx.be.swiglu_forward(act_, fc_out_, N, H);  // (N, H)
   else
     ctx.be.gelu_forward(act_, fc_out_, int64_t(N) * H);
@@ -30,17 +41,17 @@ void DenseMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor&
 
 void DenseMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tensor& d_normed,
                         const Tensor& d_out, const Tensor& normed, int N) {
-  const int C = ctx.cfg.d_model, H = ctx.cfg.mlp_hidden, FC = int(ctx.cfg.fc_rows());
+  const int C = ctx.cfg.d_model, H = H_, FC = act_kind_ == MlpKind::Swiglu ? 2 * H : H;
   Backend& be = ctx.be;
   be.zero(s.d_act);
   linear_backward(ctx, proj_, s.d_act, d_out, act_, N, H, C);
   be.zero(s.d_fc);
-  if (ctx.cfg.mlp == MlpKind::Swiglu)
+  if (act_kind_ == MlpKind::Swiglu)
     be.swiglu_backward(s.d_fc, s.d_act, fc_out_, N, H);
   else
     be.gelu_backward(s.d_fc, fc_out_, s.d_act, int64_t(N) * H);
   be.zero(d_normed);
-  linear_backward(ctx, fc_, d_normed, s.d_fc, normed, N, C, FC);
+  linear_backward(ctx, fc_, d_normed, s.d_fc, input_.empty() ? normed : input_, N, C, FC);
 }
 
 }  // namespace eco

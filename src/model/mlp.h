@@ -1,11 +1,13 @@
 // The MLP half of a transformer block as an interface: the block hands it its normed input
-// (norm2's output) and adds what it returns to the residual. Dense today (model/dense_mlp.h:
-// GELU or SwiGLU); issue 7's sparse Mixture-of-Experts (router -> token dispatch -> grouped
-// experts -> combine) is a second implementation of this interface, chosen per layer in
-// make_mlp, with its parameters under ParamRole::Router and ParamRole::Expert.
+// (norm2's output) and adds what it returns to the residual. Two implementations, chosen per
+// layer in make_mlp: the dense MLP (model/dense_mlp.h: GELU or SwiGLU) and the sparse
+// Mixture-of-Experts (model/moe_mlp.h: router -> dispatch -> experts -> combine), whose
+// parameters are under ParamRole::Router and ParamRole::Expert.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/model_context.h"
 
@@ -21,6 +23,17 @@ class Mlp {
   // the MLP's parameter gradients accumulate. s: the shared temporaries (d_normed is s.d_norm).
   virtual void backward(const ModelContext& ctx, const BlockScratch& s, const Tensor& d_normed,
                         const Tensor& d_out, const Tensor& normed, int N) = 0;
+  // Called once after every optimizer step (the MoE sigmoid_bias router updates its selection
+  // bias from the step's expert loads here).
+  virtual void after_optimizer_step(const ModelContext& /*ctx*/) {}
+  // The router's figures of the last forward (MoE layers), else null.
+  struct MoeStats {
+    std::vector<int64_t> routed;  // (E) slots routed to each expert
+    int64_t tokens = 0, dropped = 0;
+    double aux = 0, z = 0;  // the load-balance and z-loss terms (coefficients included)
+    double entropy = 0;     // mean over tokens of the router softmax's entropy (nats)
+  };
+  virtual const MoeStats* moe_stats() const { return nullptr; }
 };
 
 // The MLP of layer `layer` (parameters named prefix + "mlp.*"), for N = B*T rows: the dense MLP

@@ -15,6 +15,10 @@ struct ModelContext {
   Backend& be;
   ParamStore& store;
   const Tensor& grads;  // all gradients, laid out in table order (ParamSpec::offset)
+  // The factor of this micro-batch's loss in the step's objective (forward_backward's
+  // loss_scale): the backward of a loss term added inside the model (MoE aux and z losses)
+  // takes it, as the cross-entropy's gradient does.
+  float loss_scale = 1.0f;
 
   // Index into the parameter table; -1 when the family has no such parameter.
   int index(const std::string& name) const;
@@ -46,6 +50,10 @@ void norm_backward(const ModelContext& ctx, const Tensor& dinp, const Tensor& do
 // gradients.
 struct BlockScratch {
   Tensor d_resid, d_norm, d_qkv, d_qkv_rope, d_atty, d_fc, d_act, d_att, out_c;
+  // MoE layers' (model/moe_mlp.h), allocated when the model has them: rows (N k, C) (the
+  // experts' output gradient, then their input gradient), the experts' hidden (N k, FC) and
+  // activation (N k, H) gradients, the router's logits (N, E) and gates (N, k) gradients.
+  Tensor moe_d_rows, moe_d_fc, moe_d_act, moe_d_logits, moe_d_gates;
 };
 
 }  // namespace eco

@@ -35,7 +35,7 @@ ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Back
     if (st.value)
       value_slot[i] = values.add(s.name + (st.master ? ".master" : ""), s.shape,
                                  st.master ? MemCategory::Master : MemCategory::Weights,
-                                 s.quantizable);
+                                 in_scope(i));
     // The scratch that compute views (dequantized or bf16-rounded weights) are written to.
     if (st.quantized || st.bf16_compute) largest = std::max(largest, s.numel());
   }
@@ -59,6 +59,18 @@ ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Back
   if (largest > 0)
     scratch_ = be_.alloc("dequantized_weight_scratch", {largest}, DType::F32,
                          MemCategory::Workspace);
+}
+
+bool ParamStore::in_scope(size_t i) const {
+  const ParamSpec& s = table_.specs[i];
+  return in_quantize_scope(scope_, {s.quantizable, s.role == ParamRole::Expert});
+}
+
+int64_t ParamStore::count_in_scope() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < table_.specs.size(); ++i)
+    if (in_scope(i)) n += table_.specs[i].numel();
+  return n;
 }
 
 Tensor ParamStore::compute(size_t i) {

@@ -36,6 +36,11 @@ class ParamStore {
   // One storage kind's whole buffer and its table of tensors (name, offset, shape).
   const Arena& arena(ParamArena kind) const { return arenas_[size_t(kind)]; }
   size_t size() const { return table_.specs.size(); }
+  // Whether the treatment reaches parameter i: quantizable and inside the quantize scope
+  // (in_quantize_scope); the memory figures "per quantized parameter" count these.
+  bool in_scope(size_t i) const;
+  // Elements of the parameters in scope (all quantizable ones under quantize: blocks).
+  int64_t count_in_scope() const;
   // Stored as codes + scales (a block linear under a quantized treatment).
   bool quantized(size_t i) const { return qt_[i].has_value(); }
   // The trainable high-precision tensor: the parameter itself, or the master copy of a

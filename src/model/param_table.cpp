@@ -50,12 +50,37 @@ int64_t ParamTable::count_quantizable() const {
 std::string ParamTable::describe() const {
   std::string out = fmt::format("{:<28} {:<16} {:>12} {:<10} {:>5} {:>4}\n", "parameter", "shape",
                                 "elements", "role", "quant", "wd");
-  for (const auto& s : specs)
+  // Routed experts past the first of a layer are alike: one line for them all.
+  std::string folded_prefix;
+  int64_t folded = 0, folded_experts = 0;
+  auto flush = [&] {
+    if (folded_experts > 0)
+      out += fmt::format("{:<45} {:>12}  ({} more experts like experts.0)\n",
+                         folded_prefix + "experts.1..", folded, folded_experts);
+    folded = folded_experts = 0;
+  };
+  for (const auto& s : specs) {
+    const size_t at = s.name.find("mlp.experts.");
+    const bool later_expert = at != std::string::npos && s.name.compare(at, 14, "mlp.experts.0.");
+    if (later_expert) {
+      const std::string prefix = s.name.substr(0, at + 4);
+      if (prefix != folded_prefix) flush();
+      folded_prefix = prefix;
+      folded += s.numel();
+      if (s.name.ends_with(".fc.weight")) ++folded_experts;
+      continue;
+    }
+    flush();
     out += fmt::format("{:<28} {:<16} {:>12} {:<10} {:>5} {:>4}\n", s.name, shape_str(s.shape),
                        s.numel(), param_role_name(s.role), s.quantizable ? "yes" : "no",
                        s.weight_decay ? "yes" : "no");
+  }
+  flush();
   out += fmt::format("{:<28} {:<16} {:>12}  ({} quantizable)\n", "total", "", total,
                      count_quantizable());
+  if (active != total)
+    out += fmt::format("{:<28} {:<16} {:>12}  (a token's share: top_k of the routed experts)\n",
+                       "active per token", "", active);
   return out;
 }
 
@@ -81,6 +106,33 @@ ParamTable build_param_table(const ModelConfig& m) {
     t.specs.push_back(std::move(s));
   };
 
+  // A MoE layer's MLP (model/moe_mlp.h): the router (fp32, never quantized; sigmoid_bias adds
+  // its selection bias, which no gradient reaches), the routed experts (each a two-matrix MLP,
+  // SwiGLU's fc being [gate | up] as the dense one's), and the shared experts as one MLP of
+  // n_shared * expert_hidden (the sum of n_shared experts is that MLP). Expert linears have
+  // biases when the family's linears do.
+  const MoeConfig& moe = m.moe;
+  int64_t routed_expert_elements = 0;
+  auto add_expert = [&](const std::string& p, int64_t hidden, int64_t fc_rows) {
+    const int64_t before = t.total;
+    add(p + "fc.weight", {fc_rows, C}, ParamRole::Expert, std_base);
+    if (bias) add(p + "fc.bias", {fc_rows}, ParamRole::Bias, 0.0f);
+    add(p + "proj.weight", {C, hidden}, ParamRole::Expert, std_resid);
+    if (bias) add(p + "proj.bias", {C}, ParamRole::Bias, 0.0f);
+    return t.total - before;
+  };
+  auto add_moe_mlp = [&](const std::string& p) {
+    add(p + "router.weight", {moe.n_experts, C}, ParamRole::Router, std_base);
+    if (moe.router == MoeRouter::SigmoidBias)
+      add(p + "router.select_bias", {moe.n_experts}, ParamRole::Router, 0.0f);
+    for (int e = 0; e < moe.n_experts; ++e)
+      routed_expert_elements += add_expert(fmt::format("{}experts.{}.", p, e), moe.expert_hidden,
+                                           moe.expert_fc_rows());
+    if (moe.n_shared_experts > 0)
+      add_expert(p + "shared.", moe.shared_hidden(),
+                 moe.expert_fc_rows() * moe.n_shared_experts);
+  };
+
   add("wte", {V, C}, ParamRole::Embedding, std_base);
   // max_seq_len 0 means seq_len (as load_config resolves it; hand-built configs in tests may not).
   const int64_t positions = m.max_seq_len > 0 ? m.max_seq_len : m.seq_len;
@@ -95,6 +147,10 @@ ParamTable build_param_table(const ModelConfig& m) {
     if (bias) add(p + "attn.proj.bias", {C}, ParamRole::Bias, 0.0f);
     add(p + "norm2.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
     if (norm_bias) add(p + "norm2.bias", {C}, ParamRole::Norm, 0.0f);
+    if (m.moe.is_moe_layer(l)) {
+      add_moe_mlp(p + "mlp.");
+      continue;
+    }
     // SwiGLU: rows [0, H) are the gate projection, rows [H, 2H) the up projection.
     add(p + "mlp.fc.weight", {m.fc_rows(), C}, ParamRole::Linear, std_base);
     if (bias) add(p + "mlp.fc.bias", {H}, ParamRole::Bias, 0.0f);
@@ -104,6 +160,10 @@ ParamTable build_param_table(const ModelConfig& m) {
   add("norm_f.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
   if (norm_bias) add("norm_f.bias", {C}, ParamRole::Norm, 0.0f);
   if (!m.tie_embeddings) add("lm_head.weight", {V, C}, ParamRole::Head, std_base);
+  // A token passes through top_k of the n_experts routed experts of each MoE layer.
+  t.active = t.total;
+  if (moe.enabled())
+    t.active -= routed_expert_elements / moe.n_experts * (moe.n_experts - moe.top_k);
   return t;
 }
 

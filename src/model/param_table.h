@@ -42,7 +42,8 @@ struct ParamSpec {
 
 struct ParamTable {
   std::vector<ParamSpec> specs;
-  int64_t total = 0;  // elements
+  int64_t total = 0;   // elements
+  int64_t active = 0;  // elements a token passes through (total, less the unrouted experts)
   // name -> index into specs, filled by build_param_table (a model of thousands of layers looks
   // up every parameter by name; a scan of specs would make that quadratic).
   std::unordered_map<std::string, size_t> index_by_name;

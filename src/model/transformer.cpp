@@ -44,8 +44,19 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   s.d_qkv = ws("d_qkv", {N, 3 * C});
   if (cfg.positions == PositionKind::Rope) s.d_qkv_rope = ws("d_qkv_rope", {N, 3 * C});
   s.d_atty = ws("d_atty", {N, C});
-  s.d_fc = ws("d_fc", {N, FC});
-  s.d_act = ws("d_act", {N, H});
+  // The dense MLPs' and the MoE shared experts' (model/dense_mlp.h) backward temporaries.
+  const MoeConfig& moe = cfg.moe;
+  const int64_t shared_fc = moe.expert_fc_rows() * moe.n_shared_experts;
+  s.d_fc = ws("d_fc", {N, std::max(FC, shared_fc)});
+  s.d_act = ws("d_act", {N, std::max(H, moe.shared_hidden())});
+  if (moe.enabled()) {
+    const int64_t rows = N * moe.top_k;
+    s.moe_d_rows = ws("moe_d_rows", {rows, C});
+    s.moe_d_fc = ws("moe_d_fc", {rows, moe.expert_fc_rows()});
+    s.moe_d_act = ws("moe_d_act", {rows, moe.expert_hidden});
+    s.moe_d_logits = be_.alloc("moe_d_logits", {N, moe.n_experts}, dt, MemCategory::Workspace);
+    s.moe_d_gates = be_.alloc("moe_d_gates", {N, moe.top_k}, dt, MemCategory::Workspace);
+  }
   s.d_att = be_.alloc("d_att_scratch", be_.attention_state_shape(int(B), int(NH), int(T)), dt,
                       MemCategory::Workspace);
   s.out_c = ws("scratch_c", {N, C});
@@ -65,6 +76,13 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   shapes.widest_linear_in = std::max(C, H);
   shapes.widest_linear_out = std::max(3 * C, FC);
   shapes.largest_weight = std::max({V * C, 3 * C * C, FC * C, C * H});
+  if (moe.enabled()) {
+    const int64_t eh = std::max<int64_t>(moe.expert_hidden, moe.shared_hidden());
+    const int64_t efc = std::max(moe.expert_fc_rows(), shared_fc);
+    shapes.widest_linear_in = std::max(shapes.widest_linear_in, eh);
+    shapes.widest_linear_out = std::max({shapes.widest_linear_out, efc, int64_t(moe.n_experts)});
+    shapes.largest_weight = std::max({shapes.largest_weight, efc * C, C * eh});
+  }
   // FP8 activation codes when any linear casts its input to E4M3 (ParamStorage::act).
   for (size_t i = 0; i < store_.size(); ++i)
     shapes.fp8_activations |= store_.storage(i).act == ActCast::E4M3Row;
@@ -148,8 +166,38 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   upload_tokens(targets_, targets, B, T);
   forward(B, T);
   const double l = loss(B, T, loss_scale / float(B * T), /*with_grad=*/true);
+  ctx_.loss_scale = loss_scale;
   backward(B, T);
   return l;
+}
+
+void Transformer::after_optimizer_step() {
+  for (auto& b : blocks_) b->mlp().after_optimizer_step(ctx_);
+}
+
+Transformer::MoeSummary Transformer::moe_summary() const {
+  MoeSummary m;
+  for (const auto& b : blocks_) {
+    const Mlp::MoeStats* st = b->mlp().moe_stats();
+    if (!st) continue;
+    const auto [lo, hi] = std::minmax_element(st->routed.begin(), st->routed.end());
+    m.load_min = m.layers == 0 ? *lo : std::min(m.load_min, *lo);
+    m.load_max = std::max(m.load_max, *hi);
+    m.load_mean = double(st->tokens) * cfg_.moe.top_k / cfg_.moe.n_experts;
+    m.dropped += st->dropped;
+    m.aux += st->aux;
+    m.z += st->z;
+    m.entropy += st->entropy;
+    m.loads.push_back(st->routed);
+    ++m.layers;
+  }
+  if (m.layers > 0) m.entropy /= m.layers;
+  return m;
+}
+
+double Transformer::moe_loss() const {
+  const MoeSummary m = moe_summary();
+  return m.aux + m.z;
 }
 
 double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T) {

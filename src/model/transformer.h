@@ -53,6 +53,24 @@ class Transformer {
   const Tensor& forward_logits(const int32_t* inputs, int B, int T);
   // Row stride of the logits (Backend::logits_stride: V, or V padded for the CUDA GEMMs).
   int64_t logits_stride() const { return logits_ld_; }
+  // After every optimizer step (the MoE sigmoid_bias router's selection-bias update).
+  void after_optimizer_step();
+  // The MoE layers' router figures of the last forward, summed (aux, z, dropped) or averaged
+  // (entropy) over the MoE layers; routed is every layer's per-expert load, layer by layer.
+  // Empty (layers 0) for a dense model.
+  struct MoeSummary {
+    int layers = 0;
+    int64_t load_min = 0, load_max = 0;  // slots of the least and most loaded expert
+    double load_mean = 0;                // tokens * k / E
+    int64_t dropped = 0;
+    double aux = 0, z = 0, entropy = 0;
+    std::vector<std::vector<int64_t>> loads;  // (MoE layers, E) slots per expert
+  };
+  MoeSummary moe_summary() const;
+  // The loss terms the MoE layers add to the objective in the last forward (aux + z, with their
+  // coefficients; 0 for a dense model): forward_backward's gradient is that of its returned
+  // cross-entropy plus this.
+  double moe_loss() const;
   // The largest shapes the model runs, as given to Backend::reserve_workspaces.
   const WorkspaceShapes& workspace_shapes() const { return shapes_; }
 

@@ -26,11 +26,11 @@ Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed)
     const DType dt = q && cfg.state_dtype == StateDType::Bf16 ? DType::BF16 : (q ? DType::F32 : be.dtype());
     const size_t bm = builder('m', dt);
     m_slot[i] = {bm, builders[bm].add(s.name + ".m", s.shape, MemCategory::OptState,
-                                             s.quantizable)};
+                                             store.in_scope(i))};
     if (!adamw_) continue;
     const size_t bv = builder('v', dt);
     v_slot[i] = {bv, builders[bv].add(s.name + ".v", s.shape, MemCategory::OptState,
-                                             s.quantizable)};
+                                             store.in_scope(i))};
   }
   for (const auto& b : builders) arenas_.push_back(b.allocate(be));
   for (size_t i = 0; i < specs.size(); ++i) {

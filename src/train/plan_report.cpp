@@ -15,7 +15,7 @@ std::string plan_report(const Config& cfg) {
                     cfg.precision.quantize);
   Optimizer opt(cfg.optim, model);
   const auto& ledger = be->ledger();
-  const int64_t q = model.table().count_quantizable();
+  const int64_t q = model.store().count_in_scope();
   std::string s = model.table().describe() + "\n" + ledger.table();
   s += fmt::format("treatment {}, optimizer {} with {} state\n", cfg.precision.treatment.name,
                    cfg.optim.name, cfg.optim.state_dtype);

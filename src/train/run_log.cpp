@@ -43,14 +43,24 @@ void RunLog::train_step(const StepReport& r) {
        "{:.0f} tok/s | ETA {}",
        r.step, r.total, r.train_loss, r.lr, r.grad_norm, r.ms, tokens_per_s,
        format_duration(r.eta_s));
-  if (metrics_)
-    metrics_->write({{"step", r.step},
-                     {"tokens", r.step * r.tokens_per_step},
-                     {"train_loss", r.train_loss},
-                     {"lr", r.lr},
-                     {"grad_norm", r.grad_norm},
-                     {"ms_per_step", r.ms},
-                     {"tokens_per_s", tokens_per_s}});
+  if (!r.moe.is_null())
+    info("step {:>6}/{} | moe aux {:.4f} | z {:.4f} | load min/mean/max {}/{:.0f}/{} | "
+         "entropy {:.3f} | dropped {}",
+         r.step, r.total, r.moe["aux_loss"].get<double>(), r.moe["z_loss"].get<double>(),
+         r.moe["load_min"].get<int64_t>(), r.moe["load_mean"].get<double>(),
+         r.moe["load_max"].get<int64_t>(), r.moe["router_entropy"].get<double>(),
+         r.moe["dropped"].get<int64_t>());
+  if (metrics_) {
+    nlohmann::json rec = {{"step", r.step},
+                          {"tokens", r.step * r.tokens_per_step},
+                          {"train_loss", r.train_loss},
+                          {"lr", r.lr},
+                          {"grad_norm", r.grad_norm},
+                          {"ms_per_step", r.ms},
+                          {"tokens_per_s", tokens_per_s}};
+    if (!r.moe.is_null()) rec["moe"] = r.moe;
+    metrics_->write(rec);
+  }
 }
 
 void RunLog::val_loss(int64_t step, int64_t total, int64_t tokens_per_step, double loss) {

@@ -19,10 +19,18 @@ nlohmann::json memory_json(const MemoryLedger& ledger, int64_t params, int64_t q
   return mem;
 }
 
+nlohmann::json moe_json(const Transformer& model) {
+  const Transformer::MoeSummary m = model.moe_summary();
+  if (m.layers == 0) return nullptr;
+  return {{"aux_loss", m.aux},       {"z_loss", m.z},         {"load_min", m.load_min},
+          {"load_mean", m.load_mean}, {"load_max", m.load_max}, {"router_entropy", m.entropy},
+          {"dropped", m.dropped},     {"layer_loads", m.loads}};
+}
+
 nlohmann::json summary_json(const RunOutcome& o, const ParamTable& table,
-                            const MemoryLedger& ledger) {
+                            const MemoryLedger& ledger, int64_t quantized_params) {
   const bool has_val = std::isfinite(o.final_val_loss);
-  return {{"final_train_loss", o.final_train_loss},
+  nlohmann::json j = {{"final_train_loss", o.final_train_loss},
           {"final_val_loss", has_val ? nlohmann::json(o.final_val_loss) : nlohmann::json()},
           {"steps", o.steps},
           {"tokens", o.steps * o.tokens_per_step},
@@ -32,7 +40,9 @@ nlohmann::json summary_json(const RunOutcome& o, const ParamTable& table,
           {"params", table.total},
           {"diverged", o.diverged},
           {"treatment", o.treatment},
-          {"memory", memory_json(ledger, table.total, table.count_quantizable())}};
+          {"memory", memory_json(ledger, table.total, quantized_params)}};
+  if (table.active != table.total) j["active_params"] = table.active;  // MoE: a token's share
+  return j;
 }
 
 }  // namespace eco

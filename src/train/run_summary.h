@@ -8,6 +8,7 @@
 
 #include "core/memory_ledger.h"
 #include "model/param_table.h"
+#include "model/transformer.h"
 
 namespace eco {
 
@@ -22,8 +23,14 @@ struct RunOutcome {
   std::string treatment;      // precision.treatment's name
 };
 
+// quantized_params: the parameters the treatment reaches (ParamStore::count_in_scope).
 nlohmann::json summary_json(const RunOutcome& outcome, const ParamTable& table,
-                            const MemoryLedger& ledger);
+                            const MemoryLedger& ledger, int64_t quantized_params);
+
+// The MoE router figures of the model's last forward (Transformer::moe_summary): per-expert
+// load (slots) min / mean / max over experts and MoE layers, aux and z loss values, mean router
+// entropy, dropped slots, and the per-expert loads of every MoE layer. Null for a dense model.
+nlohmann::json moe_json(const Transformer& model);
 
 // Bytes per memory category, and static bytes per parameter and per quantized parameter.
 nlohmann::json memory_json(const MemoryLedger& ledger, int64_t params, int64_t quantizable);

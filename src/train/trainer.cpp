@@ -185,6 +185,13 @@ void Trainer::log_run_header() {
   log_.info("model: {} family, {} layers, d_model {}, {} heads, {} parameters; backend {}",
             cfg_.model.family, cfg_.model.n_layer, cfg_.model.d_model, cfg_.model.n_head,
             model_->table().total, backend_->name());
+  if (const MoeConfig& m = cfg_.model.moe; m.enabled())
+    log_.info("moe: {} experts (hidden {}, {}) + {} shared, top-{}, router {}, {}; {} parameters "
+              "active per token",
+              m.n_experts, m.expert_hidden, m.expert_act, m.n_shared_experts, m.top_k, m.router,
+              m.capacity_factor > 0 ? fmt::format("capacity factor {}", m.capacity_factor)
+                                    : std::string("dropless"),
+              model_->table().active);
   log_.info("data: {}", train_data_->describe());
   if (const auto floor = train_data_->entropy_floor_nats())
     log_.info("synthetic corpus entropy floor: {:.4f} nats/token", *floor);
@@ -229,6 +236,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   }
   const ScopedRange range(*backend_, "optimizer step");
   opt_->step(r.lr, r.grad_norm);  // clips to optim.grad_clip by grad_norm
+  model_->after_optimizer_step();
   return r;
 }
 
@@ -237,7 +245,8 @@ void Trainer::after_step(int64_t done, const StepResult& r, double ms, double et
   const auto& tc = cfg_.train;
   const int64_t total = cfg_.total_steps();
   const bool last = done == total;
-  if (done % tc.log_interval == 0 || done == p.start + 1 || last)
+  if (done % tc.log_interval == 0 || done == p.start + 1 || last) {
+    p.moe = moe_json(*model_);  // the step's last micro-batch, before any eval forward
     log_.train_step({.step = done,
                      .total = total,
                      .tokens_per_step = cfg_.tokens_per_step(),
@@ -245,7 +254,9 @@ void Trainer::after_step(int64_t done, const StepResult& r, double ms, double et
                      .lr = r.lr,
                      .grad_norm = r.grad_norm,
                      .ms = ms,
-                     .eta_s = eta_s});
+                     .eta_s = eta_s,
+                     .moe = p.moe});
+  }
   if ((tc.eval_interval > 0 && done % tc.eval_interval == 0) || last) {
     p.val_loss = evaluate();  // NaN when a stop signal cut it short
     if (std::isfinite(p.val_loss)) log_.val_loss(done, total, cfg_.tokens_per_step(), p.val_loss);
@@ -302,9 +313,11 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
                            .wall_s = wall_s,
                            .diverged = p.diverged,
                            .treatment = cfg_.precision.treatment.name};
-  nlohmann::json summary = summary_json(outcome, model_->table(), backend_->ledger());
+  nlohmann::json summary = summary_json(outcome, model_->table(), backend_->ledger(),
+                                              model_->store().count_in_scope());
   const auto floor = train_data_->entropy_floor_nats();
   if (floor) summary["entropy_floor"] = *floor;
+  if (!p.moe.is_null()) summary["moe"] = p.moe;
   if (nlohmann::json prof = profile.finish(log_); !prof.is_null()) summary["profile"] = prof;
   run_dir_.write_summary(summary);
   if (floor && std::isfinite(p.val_loss))

@@ -2,6 +2,8 @@
 // (lr schedule, gradient accumulation, clipping) and what falls due after each step: progress
 // lines, evaluation, samples, checkpoints, the stop signal. Files are written by rank 0 only.
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -65,6 +67,7 @@ class Trainer {
     bool resumed = false;
     double train_loss = std::nan(""), val_loss = std::nan("");
     bool diverged = false;
+    nlohmann::json moe;  // the MoE router figures last logged (moe_json), null for dense
   };
   struct StepResult {
     double loss = 0, lr = 0, grad_norm = 0;

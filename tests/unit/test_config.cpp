@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "expect_usage_error.h"
 
 using eco::Config;
 using eco::parse_config;
@@ -26,20 +27,6 @@ std::string base_yaml(const std::string& extra = "") {
 
 Config parse(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   return parse_config(yaml, kOrigin, overrides);
-}
-
-// Runs fn, expects an eco::Error of kind Usage (exit code 2) whose message contains every part.
-void expect_usage_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected eco::Error (Usage), nothing was thrown";
-  } catch (const eco::Error& e) {
-    EXPECT_EQ(e.kind(), eco::ErrorKind::Usage) << e.what();
-    EXPECT_EQ(e.exit_code(), 2);
-    for (const std::string& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "message lacks \"" << part << "\": " << e.what();
-  }
 }
 
 // A config file error must name the file and the key.
