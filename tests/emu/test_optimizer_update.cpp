@@ -3,9 +3,12 @@
 // tests/gpu/test_update_gpu.cu does on a GPU: codes, scales, m, v, master weights over 3 steps,
 // for AdamW / SGDM x master / naive / ECO x RTN / SR (fp32 state; bf16 once), buffers aligned and
 // one element off, 0xFF guard bands around every buffer and NaN past the scratch. A subset of the
-// formats x granularities x kernels x ragged widths, sized to run in CI on two cores. And the
+// formats x granularities x kernels x ragged widths, sized to run in CI on two cores: by default
+// every variant once per kernel and each (shape, offset) under a pair of them (all_variants;
+// every variant on every shape with ECO_EMU_FULL=1, the label exhaustive). And the
 // row-range update (RowRange; per-tensor scales: the split absmax / finish) against the CPU
 // driver's whole-tensor update, on a few representative cases.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "emu_common.h"
+#include "sweep.h"
 #include "kernels/cuda/optimizer_update.cuh"
 #include "model/backend.h"
 #include "kernels/cpu/quantized_update.h"
@@ -124,27 +128,56 @@ using Shapes = std::vector<std::pair<int64_t, int64_t>>;
 
 enum class States { F32, F32AndBf16 };
 
+// The rule x policy x rounding variants, ordered so that each consecutive pair holds both rules
+// and both roundings (AdamW alone when bias_step > 0: both roundings).
+struct Variant {
+  bool adamw;
+  UpdatePolicy policy;
+  Rounding rounding;
+};
+std::vector<Variant> variants(int64_t bias_step) {
+  std::vector<Variant> v;
+  for (auto policy : {UpdatePolicy::Master, UpdatePolicy::Naive, UpdatePolicy::Eco})
+    for (auto [adamw, rounding] : {std::pair{true, Rounding::RTN}, std::pair{false, Rounding::SR},
+                                   std::pair{true, Rounding::SR}, std::pair{false, Rounding::RTN}})
+      if (adamw || bias_step == 0) v.push_back({adamw, policy, rounding});
+  return v;
+}
+
 // Every rule x policy x rounding (x state type), aligned and one element off (when the width
-// keeps rows aligned), on each shape the kernel fits. Returns the number of cases run.
+// keeps rows aligned), on each shape the kernel fits. By default (sweep.h) each (shape, offset)
+// runs a pair of consecutive variants (both rules, both roundings; more when there are fewer
+// than 6 slots) and the pairs go round the list, so that every variant runs at least once per
+// call; ECO_EMU_FULL=1 runs every variant on every (shape, offset). Returns the number of cases.
 int all_variants(QFormat format, Granularity gran, const Shapes& shapes, GroupKernel kernel,
                  int64_t bias_step = 0, States states = States::F32) {
-  emuh::Tally tally;
+  struct Slot {
+    int64_t rows, cols;
+    size_t offset;
+  };
+  std::vector<Slot> slots;
   for (auto [rows, cols] : shapes) {
     if (!cuda::group_kernel_fits(kernel, gran, rows, cols)) continue;
-    for (size_t offset : {size_t(0), size_t(1)}) {
-      if (offset == 1 && (cols % 4 != 0 || gran == Granularity::PerTensor)) continue;
-      for (bool adamw : {true, false})
-        for (auto policy : {UpdatePolicy::Master, UpdatePolicy::Naive, UpdatePolicy::Eco})
-          for (auto rounding : {Rounding::RTN, Rounding::SR}) {
-            if (bias_step > 0 && !adamw) continue;
-            run_case<float>(tally, adamw, policy, rounding, format, gran, rows, cols, kernel,
-                            offset, bias_step);
-            if (states == States::F32AndBf16)
-              run_case<uint16_t>(tally, adamw, policy, rounding, format, gran, rows, cols, kernel,
-                                 offset, bias_step);
-          }
-    }
+    for (size_t offset : {size_t(0), size_t(1)})
+      if (offset == 0 || (cols % 4 == 0 && gran != Granularity::PerTensor))
+        slots.push_back({rows, cols, offset});
   }
+  const std::vector<Variant> all = variants(bias_step);
+  const size_t per_slot =
+      emuh::full_sweep() || slots.empty()
+          ? all.size()
+          : std::max<size_t>(2, (all.size() + slots.size() - 1) / slots.size());
+  emuh::Tally tally;
+  size_t next = 0;
+  for (const Slot& sl : slots)
+    for (size_t k = 0; k < per_slot; ++k) {
+      const Variant& v = all[emuh::full_sweep() ? k : next++ % all.size()];
+      run_case<float>(tally, v.adamw, v.policy, v.rounding, format, gran, sl.rows, sl.cols, kernel,
+                      sl.offset, bias_step);
+      if (states == States::F32AndBf16)
+        run_case<uint16_t>(tally, v.adamw, v.policy, v.rounding, format, gran, sl.rows, sl.cols,
+                           kernel, sl.offset, bias_step);
+    }
   return tally.cases;
 }
 

@@ -2,7 +2,7 @@
 // tests/gpu/test_model_gpu.cpp's forward / backward tests (run here as they are): training steps
 // of a tiny GPT-2 (vocab 97: logits rows padded to 128, the head on padded rows) against the CPU
 // backend, 3 under bf16-mw, 2 under fp8-eco-sr (every block linear's forward the FP8 GEMM: sm_90
-// OUTER_VEC; one FP8 step costs ~10 s here), 1 on sm_89 (its unit-scaled route), and what the
+// OUTER_VEC), 1 on sm_89 (its unit-scaled route), and what the
 // emulator sees of the backend's host side: the FP8 forward GEMMs really run (cuBLASLt calls
 // logged), NVTX ranges balanced, streams and events released, the profiler's event timing.
 //
@@ -27,18 +27,25 @@
 #include "model_run.h"
 #include "optim/optimizer.h"
 #include "core/treatment.h"
+#include "sweep.h"
 
 namespace eco {
 namespace {
 
 constexpr double kTrainLossTol = 2e-2;
 
-// 2 layers, d 64, 4 heads, vocab 97 (tests/gpu/test_model_gpu.cpp's tiny model), sequences of 16
-// (32 there): one host thread per CUDA thread makes every row kernel slow. Batch 2: N = B * T =
-// 32 token rows, multiples of 16 for the FP8 GEMMs, yet fast.
+// 2 layers, 2 heads of 16, vocab 97 (tests/gpu/test_model_gpu.cpp's tiny model has d 64, 4 heads
+// and sequences of 32): one host thread per CUDA thread makes every row kernel slow, so sequences
+// of 16; and the FP8 treatment quantizes its weights a block per weight row, so d 32 by default
+// (sweep.h; ECO_EMU_FULL=1, label exhaustive: d 64 and 4 heads). Batch 2: N = B * T = 32 token
+// rows, a multiple of 16 for the FP8 GEMMs (as d and 4d are), yet fast. (Sequences of 8 save
+// little more and leave 3 bf16-mw steps' losses to the batches' noise: "did not learn".)
 Config tiny(const std::string& treatment, int steps) {
+  const std::string model = emuh::full_sweep()
+                                ? "n_layer: 2, n_head: 4, d_model: 64, vocab_size: 97, seq_len: 16"
+                                : "n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16";
   return parse_config(
-      "model: {family: gpt2, n_layer: 2, n_head: 4, d_model: 64, vocab_size: 97, seq_len: 16}\n"
+      "model: {family: gpt2, " + model + "}\n"
       "data: {source: synthetic}\n"
       "optim: {lr: 3.0e-3, warmup_steps: 2, weight_decay: 0.1}\n"
       "train: {batch_size: 2, max_steps: " +
