@@ -3,11 +3,42 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string_view>
+
 #include "model/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 
 namespace eco {
+
+RoleMemorySplit role_memory_split(const MemoryLedger& ledger, const ParamTable& table) {
+  RoleMemorySplit split;
+  auto bucket = [&](ParamRole r) -> RoleBytes& {
+    return r == ParamRole::Expert ? split.expert : r == ParamRole::Router ? split.router : split.dense;
+  };
+  for (const auto& s : table.specs) bucket(s.role).params += s.numel();
+  // A parameter's entries are named after it: NAME (values), NAME.master, NAME.codes,
+  // NAME.scales (ParamStore) and NAME.m, NAME.v (Optimizer).
+  static const char* const kSuffixes[] = {".master", ".codes", ".scales", ".m", ".v"};
+  for (const auto& e : ledger.entries()) {
+    const bool weight = e.category == MemCategory::Weights ||
+                        e.category == MemCategory::QuantCodes ||
+                        e.category == MemCategory::Scales || e.category == MemCategory::Master;
+    if (!weight && e.category != MemCategory::OptState) continue;
+    int idx = table.index_of(e.name);
+    for (const char* suf : kSuffixes) {
+      if (idx >= 0) break;
+      const std::string_view n(e.name), sv(suf);
+      if (n.size() > sv.size() && n.substr(n.size() - sv.size()) == sv)
+        idx = table.index_of(std::string(n.substr(0, n.size() - sv.size())));
+    }
+    if (idx < 0) continue;
+    RoleBytes& b = bucket(table.specs[size_t(idx)].role);
+    (weight ? b.weights : b.opt_state) += e.bytes;
+  }
+  return split;
+}
 
 std::string plan_report(const Config& cfg) {
   auto be = make_planning_backend(cfg.device);
@@ -28,6 +59,24 @@ std::string plan_report(const Config& cfg) {
   if (q > 0)
     s += fmt::format("static bytes per quantized parameter: {:.3f}  ({} quantized parameters)\n",
                      double(ledger.static_bytes_quantizable()) / double(q), q);
+  bool moe = false;
+  for (const auto& sp : model.table().specs)
+    moe = moe || sp.role == ParamRole::Expert || sp.role == ParamRole::Router;
+  if (moe) {
+    // Weights = values or master + quant codes + scales; arena padding is left out.
+    const RoleMemorySplit split = role_memory_split(ledger, model.table());
+    s += fmt::format("{:<18} {:>14} {:>10} {:>14} {:>10} {:>9}\n", "static by role", "weight bytes",
+                     "B/param", "optim bytes", "B/param", "MiB");
+    auto line = [&](const char* name, const RoleBytes& b) {
+      const double n = double(std::max<int64_t>(b.params, 1));
+      s += fmt::format("{:<18} {:>14} {:>10.3f} {:>14} {:>10.3f} {:>9.2f}\n", name, b.weights,
+                       b.weights / n, b.opt_state, b.opt_state / n,
+                       (b.weights + b.opt_state) / 1048576.0);
+    };
+    line("  expert", split.expert);
+    line("  router", split.router);
+    line("  dense", split.dense);
+  }
   for (const std::string& note : be->plan_notes()) s += note + "\n";
   return s;
 }

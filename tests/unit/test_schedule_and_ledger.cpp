@@ -11,6 +11,9 @@
 #include "model/param_table.h"
 #include "optim/optimizer.h"
 #include "train/trainer.h"
+#include "model/backend.h"
+#include "model/transformer.h"
+#include "train/plan_report.h"
 
 using eco::MemCategory;
 using eco::MemoryLedger;
@@ -278,4 +281,52 @@ TEST(PlanReport, Gpt2SmallPlansWithoutAllocating) {
   const std::string report = eco::plan_report(cfg);
   EXPECT_NE(report.find("124439808"), std::string::npos) << report;
   EXPECT_NE(report.find("static bytes per parameter: 12.00"), std::string::npos) << report;
+}
+
+TEST(PlanReport, DenseModelsHaveNoRoleBreakdown) {
+  const eco::Config cfg = eco::parse_config(
+      "model: {family: llama, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 64, seq_len: 16}\n"
+      "data: {source: synthetic}\ntrain: {max_steps: 1}\n",
+      "plan.yaml");
+  EXPECT_EQ(eco::plan_report(cfg).find("static by role"), std::string::npos);
+}
+
+TEST(PlanReport, MoeRoleSplitSumsToTheTotalsAndExpertsCostOneBytePerParamPlusScales) {
+  // configs/smoe-tiny-cpu.yaml: only the experts quantized, fp8-eco-sr (FP8 codes, no master).
+  const eco::Config cfg = eco::parse_config(
+      "model: {family: gpt2, n_layer: 2, n_head: 4, d_model: 64, vocab_size: 256, seq_len: 64,"
+      " moe: {n_experts: 8, top_k: 2, expert_hidden: 128, router: topk_softmax}}\n"
+      "data: {source: synthetic}\ntrain: {max_steps: 1, batch_size: 8}\n"
+      "precision: {treatment: fp8-eco-sr, quantize: experts}\n",
+      "smoe.yaml");
+  auto be = eco::make_planning_backend(cfg.device);
+  eco::Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
+                         cfg.precision.quantize);
+  eco::Optimizer opt(cfg.optim, model);
+  const MemoryLedger& ledger = be->ledger();
+  const eco::RoleMemorySplit split = eco::role_memory_split(ledger, model.table());
+  EXPECT_EQ(split.expert.weights + split.router.weights + split.dense.weights,
+            ledger.total(MemCategory::Weights) + ledger.total(MemCategory::QuantCodes) +
+                ledger.total(MemCategory::Scales) + ledger.total(MemCategory::Master));
+  EXPECT_EQ(split.expert.opt_state + split.router.opt_state + split.dense.opt_state,
+            ledger.total(MemCategory::OptState));
+  EXPECT_EQ(split.expert.params + split.router.params + split.dense.params, model.table().total);
+  EXPECT_EQ(split.expert.params, 2 * 8 * 2 * 64 * 128);  // 2 layers, 8 experts, fc + proj
+  EXPECT_GT(split.router.params, 0);
+  // Experts: 1 byte of FP8 code per parameter + the scales, nothing else (ECO keeps no master).
+  uint64_t expert_scales = 0;
+  for (const auto& e : ledger.entries())
+    if (e.category == MemCategory::Scales) expert_scales += e.bytes;
+  EXPECT_EQ(ledger.total(MemCategory::Master), 0u);
+  EXPECT_EQ(ledger.total(MemCategory::QuantCodes), uint64_t(split.expert.params));
+  EXPECT_GT(expert_scales, 0u);
+  EXPECT_LT(expert_scales, uint64_t(split.expert.params) / 8);
+  EXPECT_EQ(split.expert.weights, uint64_t(split.expert.params) + expert_scales);
+  // The router and the dense parameters stay fp32 (4 B/param).
+  EXPECT_EQ(split.router.weights, 4 * uint64_t(split.router.params));
+  EXPECT_EQ(split.dense.weights, 4 * uint64_t(split.dense.params));
+  const std::string report = eco::plan_report(cfg);
+  EXPECT_NE(report.find("static by role"), std::string::npos) << report;
+  EXPECT_NE(report.find("  expert"), std::string::npos) << report;
+  EXPECT_NE(report.find("  router"), std::string::npos) << report;
 }
