@@ -6,6 +6,11 @@ parameter names and layouts of src/model/param_table.cpp and the op conventions 
 kernels/cpu/kernels.h. For each family the fixture holds the config, every parameter, one batch
 (inputs, targets), the logits, the mean cross-entropy loss, every parameter gradient and the
 losses / gradient norms of 10 steps of torch.optim.AdamW with clip_grad_norm_ on that batch.
+Two SMoE fixtures (moe_topk_softmax on the GPT-2 family, moe_softmax_topk on Llama; 4 experts,
+top 2, one shared expert, MoE in every layer) do the same with ecotrain's MoE MLP
+(../shared/design/MOE.md): the loss written is the cross-entropy that ecotrain returns, the
+gradients and the AdamW run are of cross-entropy + every layer's aux + z losses (the routed
+counts n_i held constant), as ecotrain's backward adds them.
 tests/unit/test_torch_reference.cpp replays all of it on the CPU backend (f32 and f64).
 
 Usage: python tools/torch_reference.py [--out tests/fixtures] [--check-only]
@@ -39,7 +44,20 @@ COMMON = dict(vocab_size=37, d_model=16, n_head=2, n_layer=2, seq_len=SEQ_LEN,
 FAMILIES = {
     "gpt2": dict(COMMON, family="gpt2", mlp_hidden=64, tie_embeddings=True, seed=1234),
     "llama": dict(COMMON, family="llama", mlp_hidden=48, tie_embeddings=False, seed=5678),
+    # SMoE (MOE.md): MoE in every layer, 4 routed experts, top 2, one shared expert; the experts
+    # take the family's activation (gpt2: GELU with biases, llama: SwiGLU [gate | up]). Nonzero
+    # aux and z coefficients so their gradients are covered. mlp_hidden is unused (no dense MLP).
+    "moe_topk_softmax": dict(COMMON, family="gpt2", mlp_hidden=64, tie_embeddings=True, seed=113,
+                             moe=dict(n_experts=4, top_k=2, expert_hidden=8, n_shared_experts=1,
+                                      router="topk_softmax", aux_loss_coef=0.1,
+                                      z_loss_coef=0.05)),
+    "moe_softmax_topk": dict(COMMON, family="llama", mlp_hidden=48, tie_embeddings=False,
+                             seed=109,
+                             moe=dict(n_experts=4, top_k=2, expert_hidden=8, n_shared_experts=1,
+                                      router="softmax_topk", aux_loss_coef=0.1,
+                                      z_loss_coef=0.05)),
 }
+ROUTERS = {"topk_softmax": 0, "softmax_topk": 1}  # ecotrain's MoeRouter values
 OPTIM = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0, steps=10)
 
 
@@ -65,6 +83,21 @@ def param_specs(cfg):
         specs.append((p + "norm2.weight", (C,), "gain"))
         if not llama:
             specs.append((p + "norm2.bias", (C,), "bias"))
+        if "moe" in cfg:  # model/moe_mlp.h: router, experts.{e}, shared (one MLP of n_shared * H)
+            m = cfg["moe"]
+            He, Hs = m["expert_hidden"], m["expert_hidden"] * m["n_shared_experts"]
+            specs.append((p + "mlp.router.weight", (m["n_experts"], C), "router"))
+            experts = [(f"mlp.experts.{e}.", He) for e in range(m["n_experts"])]
+            if m["n_shared_experts"] > 0:
+                experts.append(("mlp.shared.", Hs))
+            for q, h in experts:
+                specs.append((p + q + "fc.weight", (2 * h if llama else h, C), "matrix"))
+                if not llama:
+                    specs.append((p + q + "fc.bias", (h,), "bias"))
+                specs.append((p + q + "proj.weight", (C, h), "matrix"))
+                if not llama:
+                    specs.append((p + q + "proj.bias", (C,), "bias"))
+            continue
         # llama: rows [0, H) gate, rows [H, 2H) up.
         specs.append((p + "mlp.fc.weight", (2 * H if llama else H, C), "matrix"))
         if not llama:
@@ -89,6 +122,8 @@ def init_params(cfg, gen):
             w = 1.0 + 0.1 * z
         elif kind == "bias":
             w = 0.1 * z
+        elif kind == "router":  # logits spread wide enough that no top-k choice is a close call
+            w = 0.5 * z
         else:  # matrices: std spread over [0.02, 0.2] so each one has its own scale
             w = (0.02 + 0.18 * ((i * 7) % 11) / 10.0) * z
         params[name] = w.float().double().requires_grad_(True)
@@ -131,8 +166,49 @@ def causal_attention(q, k, v):
     return torch.softmax(scores, -1) @ v
 
 
-def forward(cfg, P, inputs):
-    """inputs (B, T) int64 -> logits (B*T, V)."""
+def moe_mlp(cfg, P, p, h, extras):
+    """A MoE layer's MLP on h (B, T, C), MOE.md: router logits z = h W_r^T over all B*T tokens,
+    top-k (ties to the lower id), gates by the router mode, the weighted sum of the k experts'
+    outputs plus the shared experts. Appends (aux, z) losses to extras; aux treats the routed
+    counts n_i as constants; the routing margins (k-th minus (k+1)-th logit) go to extras too."""
+    m, llama = cfg["moe"], cfg["family"] == "llama"
+    E, k = m["n_experts"], m["top_k"]
+    B, T, C = h.shape
+    x = h.reshape(B * T, C)
+    N = x.shape[0]
+
+    def mlp(q, v):
+        f = v @ P[q + "fc.weight"].T
+        if llama:
+            H = f.shape[-1] // 2
+            return (F.silu(f[..., :H]) * f[..., H:]) @ P[q + "proj.weight"].T
+        return gelu_tanh(f + P[q + "fc.bias"]) @ P[q + "proj.weight"].T + P[q + "proj.bias"]
+
+    z = x @ P[p + "router.weight"].T  # (N, E)
+    prob = torch.softmax(z, -1)
+    lse = torch.logsumexp(z, -1)
+    order = torch.sort(z.detach(), stable=True, dim=-1, descending=True).indices
+    idx = order[:, :k]
+    zs = z.detach().gather(1, order)
+    extras["margins"].append((zs[:, k - 1] - zs[:, k]).min().item())
+    if m["router"] == "topk_softmax":
+        gates = torch.softmax(z.gather(1, idx), -1)
+    else:  # softmax_topk without renormalisation
+        gates = prob.gather(1, idx)
+    combine = torch.zeros(N, E, dtype=x.dtype).scatter(1, idx, gates)  # (N, E), k nonzeros a row
+    y = sum(combine[:, e:e + 1] * mlp(p + f"experts.{e}.", x) for e in range(E))
+    if m["n_shared_experts"] > 0:
+        y = y + mlp(p + "shared.", x)
+    counts = torch.zeros(E, dtype=x.dtype).scatter_add(
+        0, idx.reshape(-1), torch.ones(N * k, dtype=x.dtype))
+    aux = m["aux_loss_coef"] * E * ((counts / (N * k)) * prob.mean(0)).sum()
+    zl = m["z_loss_coef"] * (lse ** 2).mean()
+    extras["router_losses"].append(aux + zl)
+    return y.reshape(B, T, C)
+
+
+def forward(cfg, P, inputs, extras=None):
+    """inputs (B, T) int64 -> logits (B*T, V). MoE layers append to extras (see moe_mlp)."""
     B, T = inputs.shape
     C, NH, H = cfg["d_model"], cfg["n_head"], cfg["mlp_hidden"]
     hs, eps = C // NH, cfg["norm_eps"]
@@ -158,6 +234,9 @@ def forward(cfg, P, inputs):
             q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
         y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
         x = x + linear(y, p + "attn.proj")
+        if "moe" in cfg:
+            x = x + moe_mlp(cfg, P, p + "mlp.", norm(x, p + "norm2"), extras)
+            continue
         f = linear(norm(x, p + "norm2"), p + "mlp.fc")  # (B, T, H) or (B, T, 2H) = [gate | up]
         a = F.silu(f[..., :H]) * f[..., H:] if llama else gelu_tanh(f)
         x = x + linear(a, p + "mlp.proj")
@@ -214,6 +293,20 @@ def self_check():
 
 
 # ---- the reference run --------------------------------------------------------------------------
+def model_loss(cfg, P, inputs, targets):
+    """(cross-entropy, what is differentiated, forward extras). ecotrain returns the mean
+    cross-entropy; the MoE layers' aux and z losses enter only the gradient (loss scale 1)."""
+    extras = {"margins": [], "router_losses": []}
+    logits = forward(cfg, P, inputs, extras)
+    ce = F.cross_entropy(logits, targets.reshape(-1))
+    total = ce + sum(extras["router_losses"]) if extras["router_losses"] else ce
+    extras["logits"] = logits
+    return ce, total, extras
+
+
+MARGINS = []  # the routing margins of every MoE forward of a run (the printout)
+
+
 def adamw_run(cfg, P0, inputs, targets, exact_clip=False):
     """OPTIM['steps'] AdamW steps on one batch; returns (losses, pre-clip grad norms)."""
     P = {n: p.detach().clone().requires_grad_(True) for n, p in P0.items()}
@@ -226,8 +319,9 @@ def adamw_run(cfg, P0, inputs, targets, exact_clip=False):
     losses, norms = [], []
     for _ in range(OPTIM["steps"]):
         opt.zero_grad()
-        loss = F.cross_entropy(forward(cfg, P, inputs), targets.reshape(-1))
-        loss.backward()
+        loss, total, extras = model_loss(cfg, P, inputs, targets)
+        MARGINS.extend(extras["margins"])
+        total.backward()
         if exact_clip:  # ecotrain's coefficient: clip / norm
             norm = torch.sqrt(sum((p.grad ** 2).sum() for p in P.values()))
             if norm > OPTIM["grad_clip"]:
@@ -247,14 +341,26 @@ def reference(cfg):
     inputs = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ_LEN), generator=gen)
     targets = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ_LEN), generator=gen)
 
-    logits = forward(cfg, P, inputs)
-    loss = F.cross_entropy(logits, targets.reshape(-1))
-    loss.backward()
+    loss, total, extras = model_loss(cfg, P, inputs, targets)
+    logits = extras["logits"]
+    total.backward()
 
+    MARGINS.clear()
+    MARGINS.extend(extras["margins"])
     losses, norms = adamw_run(cfg, P, inputs, targets)
+    if MARGINS:  # a float backend routes as float64 does only when no top-k choice is close
+        print(f"  {cfg['name']}: smallest routing margin (k-th minus (k+1)-th router logit) over "
+              f"the forwards {min(MARGINS):.2e}")
+        # The f32 backend's AdamW trajectory drifts from float64's (Adam amplifies the rounding
+        # of near-zero gradients): a closer call may route a token otherwise.
+        if min(MARGINS) < 1e-3:
+            sys.exit(f"{cfg['name']}: a routing margin under 1e-3; pick another seed")
+        unused = [n for n, p in P.items() if ".experts." in n and not p.grad.abs().sum() > 0]
+        if unused:  # every expert's gradient is to be covered
+            sys.exit(f"{cfg['name']}: no gradient reaches {unused}; pick another seed")
     exact_losses, _ = adamw_run(cfg, P, inputs, targets, exact_clip=True)
     clip_effect = max(abs(a - b) / abs(b) for a, b in zip(losses, exact_losses))
-    print(f"  {cfg['family']}: loss {loss.item():.6f}, adamw losses {losses[0]:.4f} -> "
+    print(f"  {cfg['name']}: loss {loss.item():.6f}, adamw losses {losses[0]:.4f} -> "
           f"{losses[-1]:.4f}, grad norms {min(norms):.3f}..{max(norms):.3f} "
           f"(clip {OPTIM['grad_clip']}); torch's clip/(norm+1e-6) vs clip/norm changes the "
           f"losses by at most {clip_effect:.1e} relative")
@@ -266,6 +372,13 @@ def reference(cfg):
     records.append(("config.is_llama", np.int32(cfg["family"] == "llama")))
     records.append(("config.tie_embeddings", np.int32(cfg["tie_embeddings"])))
     records.append(("config.batch", np.int32(BATCH)))
+    if "moe" in cfg:
+        m = cfg["moe"]
+        for key in ["n_experts", "top_k", "expert_hidden", "n_shared_experts"]:
+            records.append((f"config.moe.{key}", np.int32(m[key])))
+        records.append(("config.moe.router", np.int32(ROUTERS[m["router"]])))
+        for key in ["aux_loss_coef", "z_loss_coef"]:
+            records.append((f"config.moe.{key}", np.float64(m[key])))
     records.append(("config.norm_eps", np.float64(cfg["norm_eps"])))
     records.append(("config.rope_theta", np.float64(cfg["rope_theta"])))
     for key in ["lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"]:
@@ -327,7 +440,7 @@ def main():
         return
     os.makedirs(args.out, exist_ok=True)
     for family, cfg in FAMILIES.items():
-        records = reference(cfg)
+        records = reference(dict(cfg, name=family))
         path = os.path.join(args.out, f"torch_reference_{family}.bin")
         write_fixture(path, records)
         back = read_fixture(path)

@@ -1,6 +1,7 @@
 // The CPU model against a PyTorch float64 reference (tools/torch_reference.py writes the
-// fixtures): logits, loss, every parameter gradient and 10 AdamW steps, for GPT-2 and Llama,
-// on the f32 backend (float rounding tolerances) and the f64 backend (the math itself).
+// fixtures): logits, loss, every parameter gradient and 10 AdamW steps, for GPT-2, Llama and
+// two SMoE models (topk_softmax and softmax_topk routers, shared experts), on the f32 backend
+// (float rounding tolerances) and the f64 backend (the math itself).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -65,6 +66,16 @@ struct Reference {
     model.tie_embeddings = fx.int_scalar("config.tie_embeddings") != 0;
     model.norm_eps = float(fx.scalar("config.norm_eps"));
     model.rope_theta = float(fx.scalar("config.rope_theta"));
+    if (fx.has("config.moe.n_experts")) {  // SMoE: MoE in every layer, the family's activation
+      model.moe.n_experts = fx.int_scalar("config.moe.n_experts");
+      model.moe.top_k = fx.int_scalar("config.moe.top_k");
+      model.moe.expert_hidden = fx.int_scalar("config.moe.expert_hidden");
+      model.moe.n_shared_experts = fx.int_scalar("config.moe.n_shared_experts");
+      model.moe.expert_act = model.mlp;
+      model.moe.router = eco::MoeRouter(fx.int_scalar("config.moe.router"));
+      model.moe.aux_loss_coef = fx.scalar("config.moe.aux_loss_coef");
+      model.moe.z_loss_coef = fx.scalar("config.moe.z_loss_coef");
+    }
     optim.lr = fx.scalar("optim.lr");
     optim.beta1 = fx.scalar("optim.beta1");
     optim.beta2 = fx.scalar("optim.beta2");
@@ -246,6 +257,47 @@ TEST(TorchReference, LlamaGradientsMatchPyTorchInFloat64) {
 }
 TEST(TorchReference, LlamaAdamWStepsMatchPyTorchInFloat64) {
   ECO_WITH_FIXTURE(expect_adamw_losses_match("llama", DType::F64, kF64));
+}
+
+// SMoE (4 experts, top 2, one shared expert, aux and z losses in the gradient): topk_softmax on
+// the GPT-2 family (GELU experts with biases), softmax_topk on Llama (SwiGLU experts). The
+// generator checks that no top-k choice along the run is within 1e-4 in the router logits, so
+// float rounding cannot route a token differently from the reference.
+TEST(TorchReference, MoeTopkSoftmaxLogitsMatchPyTorch) {
+  ECO_WITH_FIXTURE(expect_logits_match("moe_topk_softmax", DType::F32, kF32));
+}
+TEST(TorchReference, MoeTopkSoftmaxGradientsMatchPyTorch) {
+  ECO_WITH_FIXTURE(expect_gradients_match("moe_topk_softmax", DType::F32, kF32));
+}
+TEST(TorchReference, MoeTopkSoftmaxAdamWStepsMatchPyTorch) {
+  ECO_WITH_FIXTURE(expect_adamw_losses_match("moe_topk_softmax", DType::F32, kF32));
+}
+TEST(TorchReference, MoeSoftmaxTopkLogitsMatchPyTorch) {
+  ECO_WITH_FIXTURE(expect_logits_match("moe_softmax_topk", DType::F32, kF32));
+}
+TEST(TorchReference, MoeSoftmaxTopkGradientsMatchPyTorch) {
+  ECO_WITH_FIXTURE(expect_gradients_match("moe_softmax_topk", DType::F32, kF32));
+}
+TEST(TorchReference, MoeSoftmaxTopkAdamWStepsMatchPyTorch) {
+  ECO_WITH_FIXTURE(expect_adamw_losses_match("moe_softmax_topk", DType::F32, kF32));
+}
+TEST(TorchReference, MoeTopkSoftmaxLogitsMatchPyTorchInFloat64) {
+  ECO_WITH_FIXTURE(expect_logits_match("moe_topk_softmax", DType::F64, kF64));
+}
+TEST(TorchReference, MoeTopkSoftmaxGradientsMatchPyTorchInFloat64) {
+  ECO_WITH_FIXTURE(expect_gradients_match("moe_topk_softmax", DType::F64, kF64));
+}
+TEST(TorchReference, MoeTopkSoftmaxAdamWStepsMatchPyTorchInFloat64) {
+  ECO_WITH_FIXTURE(expect_adamw_losses_match("moe_topk_softmax", DType::F64, kF64));
+}
+TEST(TorchReference, MoeSoftmaxTopkLogitsMatchPyTorchInFloat64) {
+  ECO_WITH_FIXTURE(expect_logits_match("moe_softmax_topk", DType::F64, kF64));
+}
+TEST(TorchReference, MoeSoftmaxTopkGradientsMatchPyTorchInFloat64) {
+  ECO_WITH_FIXTURE(expect_gradients_match("moe_softmax_topk", DType::F64, kF64));
+}
+TEST(TorchReference, MoeSoftmaxTopkAdamWStepsMatchPyTorchInFloat64) {
+  ECO_WITH_FIXTURE(expect_adamw_losses_match("moe_softmax_topk", DType::F64, kF64));
 }
 
 TEST(TorchReference, MissingFixtureIsAnErrorNamingTheFile) {
