@@ -55,21 +55,6 @@ void apply_override(YAML::Node& root, const std::string& kv) {
   cur[parts.back()] = parsed;
 }
 
-// An integer key within [lo, hi]; the message names both bounds ("must be in [1, 16384], got
-// 1000000000").
-void require_range(int64_t v, int64_t lo, int64_t hi, const std::string& origin, const char* key,
-                   const char* note = "") {
-  require(v >= lo && v <= hi, origin, key,
-          fmt::format("must be in [{}, {}]{}, got {}", lo, hi, note, v));
-}
-
-// A number key, finite and within [lo, hi] (NaN and the infinities fail).
-void require_finite(double v, double lo, double hi, const std::string& origin, const char* key,
-                    const char* note = "") {
-  require(std::isfinite(v) && v >= lo && v <= hi, origin, key,
-          fmt::format("must be a finite number in [{:g}, {:g}]{}, got {}", lo, hi, note, v));
-}
-
 // The logical cores of this machine (at least 1), for the bound on train.threads.
 int64_t machine_cores() { return std::max<int64_t>(1, std::thread::hardware_concurrency()); }
 

@@ -51,6 +51,7 @@ struct ConfigLimits {
   static constexpr int64_t kMaxHeads = 65536;
   static constexpr int64_t kMaxDModel = 1 << 20;
   static constexpr int64_t kMaxMlpHidden = 1 << 22;
+  static constexpr int64_t kMaxExperts = 1 << 16;  // routed or shared, per MoE layer
   static constexpr int64_t kMaxVocab = 1 << 28;
   static constexpr int64_t kMaxSeqLen = 1 << 24;
   static constexpr int64_t kMaxBatch = 1 << 20;

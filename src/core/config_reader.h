@@ -4,6 +4,8 @@
 #pragma once
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
+#include <cstdint>
 #include <limits>
 #include <set>
 #include <string>
@@ -154,6 +156,21 @@ class SectionReader {
 
 inline void require(bool ok, const std::string& origin, const char* key, const std::string& why) {
   if (!ok) usage_error("{}: key '{}': {}", origin, key, why);
+}
+
+// An integer key within [lo, hi]; the message names both bounds ("must be in [1, 16384], got
+// 1000000000").
+inline void require_range(int64_t v, int64_t lo, int64_t hi, const std::string& origin, const char* key,
+                   const char* note = "") {
+  require(v >= lo && v <= hi, origin, key,
+          fmt::format("must be in [{}, {}]{}, got {}", lo, hi, note, v));
+}
+
+// A number key, finite and within [lo, hi] (NaN and the infinities fail).
+inline void require_finite(double v, double lo, double hi, const std::string& origin, const char* key,
+                    const char* note = "") {
+  require(std::isfinite(v) && v >= lo && v <= hi, origin, key,
+          fmt::format("must be a finite number in [{:g}, {:g}]{}, got {}", lo, hi, note, v));
 }
 
 

@@ -78,6 +78,20 @@ void read_moe_config(SectionReader& model_section, ModelConfig& m, const std::st
   need(!r.has("bias_update_rate") || c.router == MoeRouter::SigmoidBias,
        "model.moe.bias_update_rate",
        fmt::format("applies to router sigmoid_bias only (router is {})", enum_name(c.router)));
+  // Upper bounds (issue 12's rule: every derived size computed in 64 bits stays sane; the
+  // memory check then refuses what does not fit).
+  using L = ConfigLimits;
+  require_range(c.n_experts, 1, L::kMaxExperts, origin, "model.moe.n_experts");
+  require_range(c.expert_hidden, 1, L::kMaxMlpHidden, origin, "model.moe.expert_hidden");
+  require_range(c.n_shared_experts, 0, L::kMaxExperts, origin, "model.moe.n_shared_experts");
+  require_range(int64_t(c.n_shared_experts) * c.expert_hidden, 0, L::kMaxMlpHidden, origin,
+                "model.moe.n_shared_experts", " (shared experts x expert_hidden)");
+  require_range(c.every, 1, L::kMaxLayers, origin, "model.moe.every");
+  require_finite(c.aux_loss_coef, 0, 100, origin, "model.moe.aux_loss_coef");
+  require_finite(c.z_loss_coef, 0, 100, origin, "model.moe.z_loss_coef");
+  require_finite(c.capacity_factor, 0, 1000, origin, "model.moe.capacity_factor",
+                 " (0 = dropless)");
+  require_finite(c.bias_update_rate, 0, 1, origin, "model.moe.bias_update_rate");
   need(!(c.router == MoeRouter::TopkSoftmax && c.top_k == 1 && c.n_experts > 1),
        "model.moe.router",
        "topk_softmax with top_k 1 gives every gate 1, so the router learns nothing from the loss; "

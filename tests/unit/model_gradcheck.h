@@ -12,6 +12,21 @@
 #include "core/rng.h"
 #include "model/transformer.h"
 
+// The tiny model the whole-model checks run: 2 layers, d 8, 2 heads, MLP 12, vocabulary 11,
+// sequence 5 (room for 6), untied; the dense and MoE tests add what they vary.
+inline eco::ModelConfig tiny_model_config(eco::ModelFamily family) {
+  eco::ModelConfig m;
+  m.set_family(family);
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.d_model = 8;
+  m.mlp_hidden = 12;
+  m.vocab_size = 11;
+  m.seq_len = 5;
+  m.max_seq_len = 6;
+  return m;
+}
+
 // Perturbs each of up to `per_tensor` elements of every parameter tensor and compares
 // (L(p+h) - L(p-h)) / 2h with the analytic gradient. In float64 with h = 1e-5 the truncation
 // error is ~h^2 * L''' ~ 1e-10 and rounding ~1e-16 / h ~ 1e-11, so 1e-6 relative (with an

@@ -12,15 +12,7 @@
 namespace {
 
 eco::ModelConfig tiny(eco::ModelFamily family) {
-  eco::ModelConfig m;
-  m.set_family(family);
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 8;
-  m.mlp_hidden = 12;
-  m.vocab_size = 11;
-  m.seq_len = 5;
-  m.max_seq_len = 6;
+  eco::ModelConfig m = tiny_model_config(family);
   m.tie_embeddings = family == eco::ModelFamily::Gpt2;
   return m;
 }

@@ -88,6 +88,19 @@ TEST(MoeConfig, BadValuesAreRefusedNamingTheKey) {
   expect_moe_error(moe_yaml(", experts: 4"), {"unknown key 'model.moe.experts'"});
 }
 
+TEST(MoeConfig, ImplausibleSizesAndCoefficientsNameTheirLimit) {
+  expect_moe_error(moe_yaml(", n_experts: 1000000000"), {"model.moe.n_experts", "[1, 65536]"});
+  expect_moe_error(moe_yaml(", expert_hidden: 2000000000"),
+                   {"model.moe.expert_hidden", "[1, 4194304]"});
+  expect_moe_error(moe_yaml(", n_shared_experts: 60000, expert_hidden: 4096"),
+                   {"model.moe.n_shared_experts", "shared experts x expert_hidden"});
+  expect_moe_error(moe_yaml(", aux_loss_coef: .inf"), {"model.moe.aux_loss_coef"});
+  expect_moe_error(moe_yaml(", z_loss_coef: 1e300"), {"model.moe.z_loss_coef", "[0, 100]"});
+  expect_moe_error(moe_yaml(", capacity_factor: 1e30"), {"model.moe.capacity_factor", "1000"});
+  expect_moe_error(moe_yaml(", router: sigmoid_bias, bias_update_rate: 5"),
+                   {"model.moe.bias_update_rate", "[0, 1]"});
+}
+
 TEST(MoeConfig, BadCombinationsAreRefusedNamingTheKey) {
   expect_moe_error(moe_yaml(", norm_topk: true"), {"model.moe.norm_topk", "softmax_topk"});
   expect_moe_error(moe_yaml(", router: softmax_topk, bias_update_rate: 0.01"),

@@ -21,15 +21,7 @@ using eco::ModelConfig;
 using eco::MoeRouter;
 
 ModelConfig tiny_moe(eco::ModelFamily family, MoeRouter router) {
-  ModelConfig m;
-  m.set_family(family);
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 8;
-  m.mlp_hidden = 12;
-  m.vocab_size = 11;
-  m.seq_len = 5;
-  m.max_seq_len = 6;
+  ModelConfig m = tiny_model_config(family);
   m.moe.n_experts = 4;
   m.moe.top_k = 2;
   m.moe.expert_hidden = 6;
@@ -41,10 +33,9 @@ ModelConfig tiny_moe(eco::ModelFamily family, MoeRouter router) {
 }
 
 size_t index_of(const eco::ParamTable& t, const std::string& name) {
-  for (size_t i = 0; i < t.specs.size(); ++i)
-    if (t.specs[i].name == name) return i;
-  ADD_FAILURE() << "no parameter " << name;
-  return 0;
+  const int i = t.index_of(name);
+  if (i < 0) ADD_FAILURE() << "no parameter " << name;
+  return size_t(std::max(i, 0));
 }
 
 // Whole-model finite differences (model_gradcheck.h) on the cross-entropy plus the aux and
