@@ -178,7 +178,7 @@ class CpuBackend : public Backend {
                            int64_t capacity) override {
     ECO_CPU_OP("moe_dispatch");
     return cpu::moe_dispatch(row_of_slot.as<int32_t>(), token_of_row.as<int32_t>(),
-                             idx.as<int32_t>(), p(gates), N, E, k, capacity);
+                             idx.as<int32_t>(), p(gates), N, E, k, capacity, moe_row_align());
   }
   void moe_gather(const Tensor& rows, const Tensor& x, const Tensor& token_of_row, int64_t R,
                   int C) override {

@@ -33,7 +33,7 @@ MoeRouterSums moe_router_sums(const T* probs, const T* lse, int N, int E) {
 
 template <class T>
 MoeDispatch moe_dispatch(int32_t* row_of_slot, int32_t* token_of_row, const int32_t* idx,
-                         const T* gates, int N, int E, int k, int64_t capacity) {
+                         const T* gates, int N, int E, int k, int64_t capacity, int align) {
   const int64_t S = int64_t(N) * k;
   MoeDispatch d;
   d.routed.assign(size_t(E), 0);
@@ -49,11 +49,21 @@ MoeDispatch moe_dispatch(int32_t* row_of_slot, int32_t* token_of_row, const int3
                      [&](int64_t a, int64_t b) { return gates[a] > gates[b]; });
     for (size_t i = size_t(capacity); i < mine.size(); ++i) keep[size_t(mine[i])] = 0;
   }
+  // Segment starts: the exclusive scan of the counts, each rounded up to the alignment.
   d.counts.resize(size_t(E));
-  for (int e = 0; e < E; ++e) d.counts[size_t(e)] = std::min(d.routed[size_t(e)], capacity);
-  // Exclusive scan, then the scatter in slot order (stable).
-  std::vector<int64_t> next(size_t(E), 0);
-  std::exclusive_scan(d.counts.begin(), d.counts.end(), next.begin(), int64_t(0));
+  d.offsets.resize(size_t(E));
+  int64_t end = 0;
+  for (int e = 0; e < E; ++e) {
+    const int64_t n = std::min(d.routed[size_t(e)], capacity);
+    d.counts[size_t(e)] = n;
+    d.offsets[size_t(e)] = end;
+    std::fill(token_of_row + end + n, token_of_row + end + (n + align - 1) / align * align, -1);
+    end += (n + align - 1) / align * align;
+    d.kept += n;
+  }
+  d.rows = end;
+  // The scatter in slot order (stable).
+  std::vector<int64_t> next = d.offsets;
   for (int64_t s = 0; s < S; ++s) {
     if (!keep[size_t(s)]) {
       row_of_slot[s] = -1;
@@ -63,16 +73,19 @@ MoeDispatch moe_dispatch(int32_t* row_of_slot, int32_t* token_of_row, const int3
     row_of_slot[s] = int32_t(row);
     token_of_row[row] = int32_t(s / k);
   }
-  d.rows = std::accumulate(d.counts.begin(), d.counts.end(), int64_t(0));
-  d.dropped = S - d.rows;
+  d.dropped = S - d.kept;
   return d;
 }
 
 template <class T>
 void moe_gather(T* rows, const T* x, const int32_t* token_of_row, int64_t R, int C) {
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r)
-    std::copy_n(x + int64_t(token_of_row[r]) * C, C, rows + r * C);
+  for (int64_t r = 0; r < R; ++r) {
+    if (token_of_row[r] < 0)
+      std::fill_n(rows + r * C, C, T(0));
+    else
+      std::copy_n(x + int64_t(token_of_row[r]) * C, C, rows + r * C);
+  }
 }
 
 template <class T>
@@ -154,7 +167,7 @@ void moe_router_backward(T* dlogits, const T* dgates, const int32_t* idx, const 
                              bool);                                                              \
   template MoeRouterSums moe_router_sums<T>(const T*, const T*, int, int);                       \
   template MoeDispatch moe_dispatch<T>(int32_t*, int32_t*, const int32_t*, const T*, int, int,   \
-                                       int, int64_t);                                            \
+                                       int, int64_t, int);                                       \
   template void moe_gather<T>(T*, const T*, const int32_t*, int64_t, int);                       \
   template void moe_combine<T>(T*, const T*, const T*, const int32_t*, int, int, int, bool);     \
   template void moe_combine_backward<T>(T*, T*, const T*, const T*, const T*, const int32_t*,    \

@@ -28,12 +28,14 @@ MoeRouterSums moe_router_sums(const T* probs, const T* lse, int N, int E);
 
 // Counting sort of the slots by expert (histogram, exclusive scan, scatter), stable in slot
 // order. With capacity < N an expert over it keeps its `capacity` slots of the highest gates
-// (equal gates: the lower slot), still in slot order; the rest get row -1.
+// (equal gates: the lower slot), still in slot order; the rest get row -1. Each expert's segment
+// starts on a multiple of `align` rows (>= 1); token_of_row is -1 on the padding rows between
+// segments. token_of_row holds moe_max_rows(N k, E, align) entries.
 template <class T>
 MoeDispatch moe_dispatch(int32_t* row_of_slot, int32_t* token_of_row, const int32_t* idx,
-                         const T* gates, int N, int E, int k, int64_t capacity);
+                         const T* gates, int N, int E, int k, int64_t capacity, int align = 1);
 
-// rows (R, C) = x[token_of_row[r]].
+// rows (R, C) = x[token_of_row[r]], zero where token_of_row[r] is -1 (padding).
 template <class T>
 void moe_gather(T* rows, const T* x, const int32_t* token_of_row, int64_t R, int C);
 // out (N, C) (= or +=) sum over j = 0..k-1 of gates[t, j] * y[row_of_slot[t, j]], in that fixed

@@ -29,6 +29,9 @@ class PlanningBackend final : public CpuBackend<float> {
   int logits_stride(int V, int C) const override {
     return cuda_layout_ ? cuda_ws::logits_stride(V, C) : CpuBackend<float>::logits_stride(V, C);
   }
+  int moe_row_align() const override {
+    return cuda_layout_ ? cuda_ws::kMoeRowAlign : CpuBackend<float>::moe_row_align();
+  }
   std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
     if (cuda_layout_) return cuda_ws::attention_state_shape(B, NH, Tn);
     return CpuBackend<float>::attention_state_shape(B, NH, Tn);

@@ -20,6 +20,11 @@ namespace cuda_ws {
 // ---- layouts --------------------------------------------------------------------------------
 // Activations, their gradients and the logits are bf16 (Backend::act_dtype).
 constexpr DType kActivationDType = DType::BF16;
+// The MoE dispatch starts each expert's rows on a multiple of 16 (Backend::moe_row_align): the
+// FP8 forward GEMM (cuBLASLt, row-wise scales) takes whole 16-row tiles, and a padded segment
+// costs at most 15 zero rows per expert, where scaling the rows in a separate kernel after a
+// unit-scaled GEMM would cost a pass over every output.
+constexpr int kMoeRowAlign = 16;
 // attention_forward saves each query's log-sum-exp (B, NH, T), not the probabilities.
 inline std::vector<int64_t> attention_state_shape(int B, int NH, int T) { return {B, NH, T}; }
 

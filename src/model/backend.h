@@ -191,19 +191,24 @@ class Backend {
   // The router's sums over the N tokens, on the host (aux loss, z-loss, entropy).
   virtual MoeRouterSums moe_router_sums(const Tensor& probs, const Tensor& lse, int N,
                                         int E) = 0;
+  // The row alignment of the dispatch's expert segments (MoeDispatch): 1 unless the backend's
+  // expert GEMMs want whole tiles. Row buffers hold moe_max_rows(N k, E, moe_row_align()) rows.
+  virtual int moe_row_align() const { return 1; }
   // The counting sort of the slots by expert, stable in slot order, each expert keeping at most
-  // `capacity` slots (its highest gates); returns the histogram on the host (it sizes the
-  // expert GEMMs: one copy to the host per layer and forward).
+  // `capacity` slots (its highest gates), segments aligned to moe_row_align() rows (padding rows
+  // get token -1); returns the histogram and offsets on the host (they size the expert GEMMs:
+  // one copy to the host per layer and forward).
   virtual MoeDispatch moe_dispatch(const Tensor& row_of_slot, const Tensor& token_of_row,
                                    const Tensor& idx, const Tensor& gates, int N, int E, int k,
                                    int64_t capacity) = 0;
-  // rows (R, C) = x[token_of_row].
+  // rows (R, C) = x[token_of_row], zero rows where it is -1 (padding).
   virtual void moe_gather(const Tensor& rows, const Tensor& x, const Tensor& token_of_row,
                           int64_t R, int C) = 0;
   // out (N, C) (= or +=) the gate-weighted sum of each token's k rows of y, in fixed k order.
   virtual void moe_combine(const Tensor& out, const Tensor& y, const Tensor& gates,
                            const Tensor& row_of_slot, int N, int C, int k, bool accumulate) = 0;
-  // dy (R, C) and dgates (N, k) from dout (N, C) (both written).
+  // dy (R, C) and dgates (N, k) from dout (N, C) (both written; dy's padding rows are not
+  // touched).
   virtual void moe_combine_backward(const Tensor& dy, const Tensor& dgates, const Tensor& dout,
                                     const Tensor& y, const Tensor& gates,
                                     const Tensor& row_of_slot, int N, int C, int k) = 0;

@@ -33,13 +33,15 @@ MoeMlp::MoeMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t
   lse_ = act("router_lse", {N}, dt);
   idx_ = act("expert_idx", {N, k}, DType::I32);
   gates_ = act("gates", {N, k}, dt);
+  // Dropless keeps all N k slots; a capacity keeps fewer; the backend's segment alignment adds
+  // at most align - 1 padding rows per expert.
+  const int64_t R = moe_max_rows(N * k, E, ctx.be.moe_row_align());
   row_of_slot_ = act("row_of_slot", {N * k}, DType::I32);
-  token_of_row_ = act("token_of_row", {N * k}, DType::I32);
-  // Dropless keeps all N k rows; a capacity keeps fewer, so N k is enough either way.
-  rows_x_ = act("rows_in", {N * k, C}, at);
-  rows_fc_ = act("rows_fc", {N * k, m.expert_fc_rows()}, at);
-  rows_act_ = act("rows_act", {N * k, m.expert_hidden}, at);
-  rows_y_ = act("rows_out", {N * k, C}, at);
+  token_of_row_ = act("token_of_row", {R}, DType::I32);
+  rows_x_ = act("rows_in", {R, C}, at);
+  rows_fc_ = act("rows_fc", {R, m.expert_fc_rows()}, at);
+  rows_act_ = act("rows_act", {R, m.expert_hidden}, at);
+  rows_y_ = act("rows_out", {R, C}, at);
   step_routed_.assign(size_t(E), 0);
 }
 
@@ -73,11 +75,13 @@ void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& n
 
 template <class Fn>
 void MoeMlp::for_each_segment(Fn fn) const {
-  int64_t r0 = 0;
-  for (size_t e = 0; e < dispatch_.counts.size(); ++e) {
-    const int n = int(dispatch_.counts[e]);
-    if (n > 0) fn(e, r0, n);
-    r0 += n;
+  // A segment runs to the next one's start: its padding rows (zero inputs) go through the
+  // GEMMs too, which then see whole tiles.
+  const size_t E = dispatch_.offsets.size();
+  for (size_t e = 0; e < E; ++e) {
+    const int64_t r0 = dispatch_.offsets[e];
+    const int64_t n = (e + 1 < E ? dispatch_.offsets[e + 1] : dispatch_.rows) - r0;
+    if (n > 0) fn(e, r0, int(n));
   }
 }
 
@@ -105,6 +109,8 @@ void MoeMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tens
     shared_->backward(ctx, s, d_normed, d_out, normed, N);  // writes d_normed
   else
     be.zero(d_normed);
+  // Padding rows get a zero gradient (so they add nothing to the weights' gradients).
+  if (dispatch_.rows > dispatch_.kept) be.zero(s.moe_d_rows);
   be.moe_combine_backward(s.moe_d_rows, s.moe_d_gates, d_out, rows_y_, gates_, row_of_slot_, N,
                           C, k);
   experts_backward(ctx, s);

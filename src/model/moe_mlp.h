@@ -33,7 +33,7 @@ class MoeMlp : public Mlp {
   // the same buffer), the experts' parameter gradients accumulated.
   void experts_backward(const ModelContext& ctx, const BlockScratch& s);
   // fn(expert, first row, rows) for every expert with rows in the last dispatch, in expert
-  // order: its contiguous segment of the permuted rows.
+  // order: its contiguous segment of the permuted rows, padding rows included.
   template <class Fn>
   void for_each_segment(Fn fn) const;
 

@@ -50,7 +50,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   s.d_fc = ws("d_fc", {N, std::max(FC, shared_fc)});
   s.d_act = ws("d_act", {N, std::max(H, moe.shared_hidden())});
   if (moe.enabled()) {
-    const int64_t rows = N * moe.top_k;
+    const int64_t rows = moe_max_rows(N * moe.top_k, moe.n_experts, be_.moe_row_align());
     s.moe_d_rows = ws("moe_d_rows", {rows, C});
     s.moe_d_fc = ws("moe_d_fc", {rows, moe.expert_fc_rows()});
     s.moe_d_act = ws("moe_d_act", {rows, moe.expert_hidden});
