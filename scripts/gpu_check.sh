@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One command for a GPU machine: builds for the GPU it finds, runs the GPU tests (each CUDA
 # kernel against its CPU twin, and the whole model against the CPU backend), the GPU benchmarks,
-# and short GPT-2 124M training runs (bf16-mw with the default attention path and with
-# ECO_CUDA_ATTENTION=mma, fp8-eco-sr); prints a summary table last. Full log
-# in the directory given as argument. Each part runs under a timeout (tests 200 + 40 s, each benchmark
-# 50 s, each training run 45 s: 475 s at worst, inside the issue's 8 minutes); on an
+# short GPT-2 124M training runs (bf16-mw with the default attention path and with
+# ECO_CUDA_ATTENTION=mma, fp8-eco-sr) and one of the 2.1B SMoE (fp8-eco-sr, experts quantized);
+# prints a summary table last. Full log in the directory given as argument. Each part runs under
+# a timeout (tests 200 + 40 s, each benchmark 50 s, each training run 40 s: 500 s at worst); on an
 # H200 with prebuilt binaries the whole script should take a few minutes.
 #   scripts/gpu_check.sh LOG_DIR
 # ECO_GPU_PREBUILT=DIR uses binaries built elsewhere (DIR/tests/eco_gpu_tests, DIR/eco-*-bench,
@@ -93,15 +93,27 @@ train_rc=0
 if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-gpu.yaml --plan >/dev/null 2>&1; then
   # label:treatment:attention path (ECO_CUDA_ATTENTION; the mma row measures the flash kernel on
   # tensor cores against the default path in the same run).
-  for run in bf16-mw:bf16-mw:auto bf16-mw/mma:bf16-mw:mma fp8-eco-sr:fp8-eco-sr:auto; do
-    IFS=: read -r label treatment attention <<<"$run"
+  # The SMoE rows train the paper's 2.1B SMoE (configs/smoe-2.1b.yaml) on synthetic tokens, one
+  # micro-batch of 16 x 512 a step: tokens/s, and the expert GEMMs' TFLOP/s (expert FLOPs over
+  # the time of the quantized linears, which under quantize: experts are exactly the experts').
+  smoe_set=(--set data.source=synthetic --set train.grad_accum=1 --set train.max_tokens=163840
+    --set train.log_interval=1 --set train.eval_batches=2 --set train.sample_tokens=0)
+  for run in bf16-mw:bf16-mw:auto:gpt2 bf16-mw/mma:bf16-mw:mma:gpt2 fp8-eco-sr:fp8-eco-sr:auto:gpt2 \
+    smoe-eco-sr:fp8-eco-sr:auto:smoe; do
+    IFS=: read -r label treatment attention model <<<"$run"
     tr=${label//\//-}
+    config=configs/gpt2-124m-gpu.yaml
+    extra=()
+    if [ "$model" = smoe ]; then
+      config=configs/smoe-2.1b.yaml
+      extra=("${smoe_set[@]}")
+    fi
     run_dir=$(mktemp -d /tmp/eco-gpu-train.XXXXXX)
     idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
       >"$log_dir/train_$tr.mem" 2>/dev/null &
     smi=$!
-    ECO_CUDA_ATTENTION=$attention timeout 45 "$bin"/eco-train configs/gpt2-124m-gpu.yaml \
+    ECO_CUDA_ATTENTION=$attention timeout 40 "$bin"/eco-train "$config" "${extra[@]}" \
       --set precision.treatment="$treatment" \
       --set train.out_dir="$run_dir" --set train.profile=true >"$log_dir/train_$tr.log" 2>&1
     rc=$?
@@ -145,6 +157,7 @@ L, T, C, B = key("n_layer"), key("seq_len"), key("d_model"), key("batch_size")
 timed = [s["ms_per_step"] for s in steps if s["step"] > 5] or [s["ms_per_step"] for s in steps]
 ms = statistics.median(timed)
 tok_s = B * T / (ms / 1000)
+params = summ.get("active_params", params)  # MoE: the weights a token goes through
 mfu = (6 * params + 12 * L * T * C) * tok_s / 989e12
 mem = [float(x) for x in open(p + ".mem").read().split() if x.replace(".", "").isdigit()]
 peak = (max(mem) - idle) / 1024 if mem else float("nan")
@@ -155,6 +168,17 @@ print(f"{tr:<12} {ms:8.1f} {tok_s:10.0f} {100 * mfu:6.1f}% {peak:10.2f} "
       f"{m.get('total', nan) / 2**30:10.2f} {m.get('static_bytes_per_quantized_param', nan):8.3f} "
       f"{loss:8.4f}  exit {rc}" + ("" if summ else f", {len(steps)} steps, no summary.json"))
 prof = summ.get("profile")
+moe = re.search(r"n_experts: (\d+)", cfg)
+if moe and prof:  # the expert GEMMs: 6 x (active expert weights) FLOPs per token over their time
+    k, H = key("top_k"), key("expert_hidden")
+    fc = 2 * H if re.search(r"expert_act: swiglu", cfg) else H
+    expert_flops = 6 * L * k * (fc * C + C * H) * B * T
+    ops = prof["operations"]
+    ms_q = sum(ops.get(o, {}).get("ms_per_step", 0.0)
+               for o in ("quantized_linear_forward", "quantized_linear_backward"))
+    if ms_q > 0:  # (bf16-mw keeps the experts in plain matmuls, beside attention's)
+        print(f"{'':<12} expert GEMMs {expert_flops / (ms_q / 1000) / 1e12:.1f} TFLOP/s "
+              f"({ms_q:.1f} ms/step in the quantized linears)")
 if prof:
     ops = sorted(prof["operations"].items(), key=lambda kv: -kv[1]["ms_per_step"])
     parts = [f"{k} {v['ms_per_step']:.1f}" for k, v in ops[:9]]
@@ -166,7 +190,7 @@ PY
 )
     train_rows+=("$row")
   done
-  train_note="GPT-2 124M, B 64 x T 1024, 20 steps (configs/gpt2-124m-gpu.yaml); MFU vs 989 TFLOP/s"
+  train_note="GPT-2 124M, B 64 x T 1024, 20 steps (configs/gpt2-124m-gpu.yaml); smoe-*: the 2.1B SMoE (configs/smoe-2.1b.yaml), B 16 x T 512, 20 steps, synthetic tokens; MFU (active parameters) vs 989 TFLOP/s"
 else
   train_note="skipped: $bin/eco-train missing or refuses configs/gpt2-124m-gpu.yaml (--plan)"
 fi

@@ -2,6 +2,8 @@
 // sort, and row copies / weighted sums in fixed orders (deterministic for any thread count).
 #include "kernels/cpu/moe.h"
 
+#include "kernels/common/moe_dispatch.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -34,47 +36,7 @@ MoeRouterSums moe_router_sums(const T* probs, const T* lse, int N, int E) {
 template <class T>
 MoeDispatch moe_dispatch(int32_t* row_of_slot, int32_t* token_of_row, const int32_t* idx,
                          const T* gates, int N, int E, int k, int64_t capacity, int align) {
-  const int64_t S = int64_t(N) * k;
-  MoeDispatch d;
-  d.routed.assign(size_t(E), 0);
-  for (int64_t s = 0; s < S; ++s) ++d.routed[size_t(idx[s])];  // histogram
-  // Which slots each over-full expert keeps: its `capacity` highest gates (ties: lower slot).
-  std::vector<char> keep(size_t(S), 1);
-  for (int e = 0; e < E; ++e) {
-    if (d.routed[size_t(e)] <= capacity) continue;
-    std::vector<int64_t> mine;
-    for (int64_t s = 0; s < S; ++s)
-      if (idx[s] == e) mine.push_back(s);
-    std::stable_sort(mine.begin(), mine.end(),
-                     [&](int64_t a, int64_t b) { return gates[a] > gates[b]; });
-    for (size_t i = size_t(capacity); i < mine.size(); ++i) keep[size_t(mine[i])] = 0;
-  }
-  // Segment starts: the exclusive scan of the counts, each rounded up to the alignment.
-  d.counts.resize(size_t(E));
-  d.offsets.resize(size_t(E));
-  int64_t end = 0;
-  for (int e = 0; e < E; ++e) {
-    const int64_t n = std::min(d.routed[size_t(e)], capacity);
-    d.counts[size_t(e)] = n;
-    d.offsets[size_t(e)] = end;
-    std::fill(token_of_row + end + n, token_of_row + end + (n + align - 1) / align * align, -1);
-    end += (n + align - 1) / align * align;
-    d.kept += n;
-  }
-  d.rows = end;
-  // The scatter in slot order (stable).
-  std::vector<int64_t> next = d.offsets;
-  for (int64_t s = 0; s < S; ++s) {
-    if (!keep[size_t(s)]) {
-      row_of_slot[s] = -1;
-      continue;
-    }
-    const int64_t row = next[size_t(idx[s])]++;
-    row_of_slot[s] = int32_t(row);
-    token_of_row[row] = int32_t(s / k);
-  }
-  d.dropped = S - d.kept;
-  return d;
+  return moe_dispatch_host(row_of_slot, token_of_row, idx, gates, N, E, k, capacity, align);
 }
 
 template <class T>

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "kernels/common/cuda_attention.h"
 #include "kernels/common/format_quantizer.h"
+#include "kernels/common/moe_dispatch.h"
 #include "kernels/cuda/activations.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_gemm.cuh"
@@ -36,6 +37,7 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/norms.cuh"
 #include "kernels/cuda/op_profiler.h"
 #include "kernels/cuda/multi_tensor_update.cuh"
@@ -364,42 +366,139 @@ class CudaBackend final : public Backend {
   }
 
   // ---- quantization ---------------------------------------------------------------------------
-  // The MoE operations have no CUDA kernels yet (issue 13): config validation refuses MoE with
-  // device: cuda, so reaching one of these is a usage error of code that bypassed it.
-  [[noreturn]] static void moe_not_built(const char* op) {
-    usage_error("{}: the CUDA MoE kernels are not built yet (issue 13); train MoE models with "
-                "device: cpu",
-                op);
+  // ---- mixture of experts (kernels/cuda/moe.cuh) ----------------------------------------------
+  // The router's logits in fp32: a bf16 GEMM (bf16 weight copy, fp32 accumulation) with an fp32
+  // output. Its backward rounds dlogits to bf16 once and runs the bf16 backward GEMMs, as every
+  // other linear's backward does.
+  void router_matmul_forward(const Tensor& logits, const Tensor& x, const Tensor& w, int N, int C,
+                             int E) override {
+    ECO_OP("router_matmul_forward");
+    gemm_.gemm<bf16, float>(false, true, N, E, C, 1.0f, bf(x), C,
+                            weight_bf16(w, int64_t(E) * C), C, 0.0f, f32(logits), E, s());
   }
-  void moe_route(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                 const Tensor&, int, int, int, MoeRouter, bool) override {
-    moe_not_built("moe_route");
+  void router_matmul_backward(const Tensor& dx, const Tensor& dw, const Tensor& dlogits,
+                              const Tensor& x, const Tensor& w, int N, int C, int E) override {
+    ECO_OP("router_matmul_backward");
+    bf16* d = moe_bf16_.get<bf16>(size_t(N) * size_t(E), s(), ledger_);
+    ECO_CHECK_CUDA(cuda::f32_to_bf16(d, f32(dlogits), int64_t(N) * E, s()));
+    const bf16* wb = dx.empty() ? nullptr : weight_bf16(w, int64_t(E) * C);
+    gemm_.matmul_backward(bf(dx), f32(dw), nullptr, d, bf(x), wb, N, C, E,
+                          /*accumulate_dinp=*/true, s());
   }
-  MoeRouterSums moe_router_sums(const Tensor&, const Tensor&, int, int) override {
-    moe_not_built("moe_router_sums");
+  int moe_row_align() const override { return cuda_ws::kMoeRowAlign; }
+  void moe_route(const Tensor& idx, const Tensor& gates, const Tensor& probs, const Tensor& lse,
+                 const Tensor& logits, const Tensor& select_bias, int N, int E, int k,
+                 MoeRouter mode, bool norm_topk) override {
+    ECO_OP("moe_route");
+    ECO_CHECK_CUDA(cuda::moe_route(typed<int32_t>(idx, DType::I32), f32(gates), f32(probs),
+                                   f32(lse), f32(logits), f32(select_bias), N, E, k, mode,
+                                   norm_topk, s()));
   }
-  MoeDispatch moe_dispatch(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int,
-                           int, int64_t) override {
-    moe_not_built("moe_dispatch");
+  MoeRouterSums moe_router_sums(const Tensor& probs, const Tensor& lse, int N, int E) override {
+    ECO_OP("moe_router_sums");
+    double* d = moe_f64_.get<double>(size_t(E) + 2, s(), ledger_);
+    ECO_CHECK_CUDA(cuda::moe_router_sums(d, f32(probs), f32(lse), N, E, s()));
+    std::vector<double> h(static_cast<size_t>(E) + 2);
+    ECO_CHECK_CUDA(
+        cudaMemcpyAsync(h.data(), d, sizeof(double) * h.size(), cudaMemcpyDeviceToHost, s()));
+    synchronize();
+    MoeRouterSums r;
+    r.prob_sums.assign(h.begin(), h.begin() + E);
+    r.lse_sq_sum = h[size_t(E)];
+    r.entropy_sum = h[size_t(E) + 1];
+    return r;
   }
-  void moe_gather(const Tensor&, const Tensor&, const Tensor&, int64_t, int) override {
-    moe_not_built("moe_gather");
+  // Dropless (capacity >= N: no expert can get more than N slots) sorts on the GPU and brings
+  // back the histogram; a capacity that drops tokens picks its slots by gate on the host (the
+  // CPU reference's sort, kernels/common/moe_dispatch.h) and uploads the maps.
+  MoeDispatch moe_dispatch(const Tensor& row_of_slot, const Tensor& token_of_row,
+                           const Tensor& idx, const Tensor& gates, int N, int E, int k,
+                           int64_t capacity) override {
+    ECO_OP("moe_dispatch");
+    const int align = moe_row_align();
+    const int64_t S = int64_t(N) * k;
+    int32_t* slot_rows = typed<int32_t>(row_of_slot, DType::I32);
+    int32_t* row_tokens = typed<int32_t>(token_of_row, DType::I32);
+    ECO_ASSERT(row_of_slot.numel() >= S && token_of_row.numel() >= moe_max_rows(S, E, align),
+               "moe_dispatch: maps of {} / {} entries for {} slots over {} experts",
+               row_of_slot.numel(), token_of_row.numel(), S, E);
+    if (capacity < N) {
+      const size_t n = static_cast<size_t>(S);
+      std::vector<int32_t> h_idx(n), h_slot(n), h_tok(size_t(moe_max_rows(S, E, align)));
+      std::vector<float> h_gates(n);
+      copy_to_host(h_idx.data(), idx);
+      copy_to_host(h_gates.data(), gates);
+      const MoeDispatch d = moe_dispatch_host(h_slot.data(), h_tok.data(), h_idx.data(),
+                                              h_gates.data(), N, E, k, capacity, align);
+      ECO_CHECK_CUDA(cudaMemcpyAsync(slot_rows, h_slot.data(), sizeof(int32_t) * size_t(S),
+                                     cudaMemcpyHostToDevice, s()));
+      ECO_CHECK_CUDA(cudaMemcpyAsync(row_tokens, h_tok.data(), sizeof(int32_t) * size_t(d.rows),
+                                     cudaMemcpyHostToDevice, s()));
+      synchronize();  // the host vectors go out of scope
+      return d;
+    }
+    const int64_t scratch_ints = cuda::moe_dispatch_scratch_ints(N, E, k);
+    int32_t* scratch = moe_i32_.get<int32_t>(size_t(scratch_ints + E), s(), ledger_);
+    int32_t* counts = scratch + scratch_ints;
+    ECO_CHECK_CUDA(cuda::moe_dispatch(slot_rows, row_tokens, counts, scratch,
+                                      typed<int32_t>(idx, DType::I32), N, E, k, align, s()));
+    std::vector<int32_t> h(static_cast<size_t>(E));
+    ECO_CHECK_CUDA(
+        cudaMemcpyAsync(h.data(), counts, sizeof(int32_t) * h.size(), cudaMemcpyDeviceToHost, s()));
+    synchronize();
+    MoeDispatch d;
+    d.routed.assign(h.begin(), h.end());
+    d.counts = d.routed;
+    for (int e = 0; e < E; ++e) {
+      d.offsets.push_back(d.rows);
+      d.rows += (d.counts[size_t(e)] + align - 1) / align * align;
+      d.kept += d.counts[size_t(e)];
+    }
+    ECO_ASSERT(d.kept == S, "moe_dispatch: the GPU histogram holds {} of {} slots", d.kept, S);
+    return d;
   }
-  void moe_combine(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, int,
-                   bool) override {
-    moe_not_built("moe_combine");
+  void moe_gather(const Tensor& rows, const Tensor& x, const Tensor& token_of_row, int64_t R,
+                  int C) override {
+    ECO_OP("moe_gather");
+    ECO_CHECK_CUDA(cuda::moe_gather(bf(rows), bf(x), i32(token_of_row), R, C, s()));
   }
-  void moe_combine_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&, const Tensor&, int, int, int) override {
-    moe_not_built("moe_combine_backward");
+  void moe_combine(const Tensor& out, const Tensor& y, const Tensor& gates,
+                   const Tensor& row_of_slot, int N, int C, int k, bool accumulate) override {
+    ECO_OP("moe_combine");
+    ECO_CHECK_CUDA(cuda::moe_combine(bf(out), bf(y), f32(gates), i32(row_of_slot), N, C, k,
+                                     accumulate, s()));
   }
-  void moe_scatter_add(const Tensor&, const Tensor&, const Tensor&, int, int, int) override {
-    moe_not_built("moe_scatter_add");
+  void moe_combine_backward(const Tensor& dy, const Tensor& dgates, const Tensor& dout,
+                            const Tensor& y, const Tensor& gates, const Tensor& row_of_slot, int N,
+                            int C, int k) override {
+    ECO_OP("moe_combine_backward");
+    ECO_CHECK_CUDA(cuda::moe_combine_backward(bf(dy), f32(dgates), bf(dout), bf(y), f32(gates),
+                                              i32(row_of_slot), N, C, k, s()));
   }
-  void moe_router_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                           const Tensor&, const Tensor&, const Tensor&, const std::vector<double>&,
-                           double, int, int, int, MoeRouter, bool) override {
-    moe_not_built("moe_router_backward");
+  void moe_scatter_add(const Tensor& dx, const Tensor& drows, const Tensor& row_of_slot, int N,
+                       int C, int k) override {
+    ECO_OP("moe_scatter_add");
+    ECO_CHECK_CUDA(
+        cuda::moe_scatter_add(bf(dx), bf(drows), i32(row_of_slot), N, C, k, s()));
+  }
+  void moe_router_backward(const Tensor& dlogits, const Tensor& dgates, const Tensor& idx,
+                           const Tensor& gates, const Tensor& probs, const Tensor& logits,
+                           const Tensor& lse, const std::vector<double>& aux_w, double z_coef,
+                           int N, int E, int k, MoeRouter mode, bool norm_topk) override {
+    ECO_OP("moe_router_backward");
+    float* w = nullptr;
+    if (!aux_w.empty()) {
+      ECO_ASSERT(aux_w.size() == size_t(E), "moe_router_backward: {} aux weights for {} experts",
+                 aux_w.size(), E);
+      const std::vector<float> h(aux_w.begin(), aux_w.end());
+      w = moe_f32_.get<float>(h.size(), s(), ledger_);
+      ECO_CHECK_CUDA(
+          cudaMemcpyAsync(w, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice, s()));
+      synchronize();  // h goes out of scope
+    }
+    ECO_CHECK_CUDA(cuda::moe_router_backward(f32(dlogits), f32(dgates), i32(idx), f32(gates),
+                                             f32(probs), f32(logits), f32(lse), w, float(z_coef),
+                                             N, E, k, mode, norm_topk, s()));
   }
 
   void dequantize(const Tensor& out, const QTensor& q) override {
@@ -767,6 +866,12 @@ class CudaBackend final : public Backend {
   GrowingScratch fp8_act_{cuda_ws::kFp8ActivationsName, 1};
   cuda::MultiTensorPlan adamw_plan_, sgdm_plan_;  // device tables of the plain updates
   GrowingScratch attention_scores_{cuda_ws::kAttentionScoresName, 1};
+  // The MoE layers': the router's bf16 dlogits, the sums, the dispatch's scratch and histogram,
+  // the aux loss's weights.
+  GrowingScratch moe_bf16_{"moe router dlogits (bf16)", sizeof(bf16)};
+  GrowingScratch moe_f64_{"moe router sums", sizeof(double)};
+  GrowingScratch moe_i32_{"moe dispatch scratch", sizeof(int32_t)};
+  GrowingScratch moe_f32_{"moe aux weights", sizeof(float)};
 };
 
 }  // namespace

@@ -245,8 +245,6 @@ Config from_node(YAML::Node root, const std::string& origin) {
     if (!d.IsScalar()) usage_error("{}: key 'device' must be 'cpu' or 'cuda'", origin);
     c.device = parse_enum(kDeviceNames, d.Scalar(), origin, "device");
   }
-  require(!(c.model.moe.enabled() && c.device == Device::Cuda), origin, "model.moe",
-          "the CUDA MoE kernels are not built yet (issue 13); train MoE models with device: cpu");
   return c;
 }
 

@@ -23,6 +23,16 @@ void Backend::quantized_linear_backward(const Tensor& dinp, const Tensor& dw, co
   matmul_backward(dinp, dw, dbias, dout, x_cast, w_scratch, N, C, OC);
 }
 
+void Backend::router_matmul_forward(const Tensor& logits, const Tensor& x, const Tensor& w,
+                                    int N, int C, int E) {
+  matmul_forward(logits, x, w, Tensor{}, N, C, E);
+}
+
+void Backend::router_matmul_backward(const Tensor& dx, const Tensor& dw, const Tensor& dlogits,
+                                     const Tensor& x, const Tensor& w, int N, int C, int E) {
+  matmul_backward(dx, dw, Tensor{}, dlogits, x, w, N, C, E);
+}
+
 void Backend::head_forward(const Tensor& logits, const Tensor& inp, const Tensor& w, int N, int C,
                            int V, int ld) {
   ECO_ASSERT(ld == V, "{}: head_forward with logits stride {} != vocabulary {}", name(), ld, V);

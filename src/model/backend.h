@@ -183,6 +183,13 @@ class Backend {
   // ---- mixture of experts (kernels/cpu/moe.h has the exact contracts and the layout) --------
   // N tokens, E experts, k per token; a token's slots s = t * k + j; the dispatch sorts them by
   // expert into R rows (row_of_slot (N * k), token_of_row (R), int32; -1: dropped slot).
+  // The router's logits (N, E) in the parameter dtype (fp32, not the activations' dtype) =
+  // x (N, C) @ w (E, C)^T, and their backward: dx (N, C) += dlogits @ w, dw += dlogits^T @ x.
+  // The defaults are matmul_forward / matmul_backward (one dtype for both).
+  virtual void router_matmul_forward(const Tensor& logits, const Tensor& x, const Tensor& w,
+                                     int N, int C, int E);
+  virtual void router_matmul_backward(const Tensor& dx, const Tensor& dw, const Tensor& dlogits,
+                                      const Tensor& x, const Tensor& w, int N, int C, int E);
   // idx (N, k) i32, gates (N, k), probs (N, E) = softmax, lse (N) from logits (N, E);
   // select_bias (E) for MoeRouter::SigmoidBias, else empty.
   virtual void moe_route(const Tensor& idx, const Tensor& gates, const Tensor& probs,

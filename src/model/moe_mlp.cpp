@@ -50,7 +50,7 @@ void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& n
   const int C = ctx.cfg.d_model, E = m.n_experts, k = m.top_k;
   Backend& be = ctx.be;
   // Router: fp32 logits from the unquantized router weight, on the input before any cast.
-  be.matmul_forward(logits_, normed, ctx.w(router_), Tensor{}, N, C, E);  // (N, E)
+  be.router_matmul_forward(logits_, normed, ctx.w(router_), N, C, E);  // (N, E)
   be.moe_route(idx_, gates_, probs_, lse_, logits_, ctx.w(select_bias_), N, E, k, m.router,
                m.norm_topk);
   dispatch_ = be.moe_dispatch(row_of_slot_, token_of_row_, idx_, gates_, N, E, k, m.capacity(N));
@@ -128,8 +128,8 @@ void MoeMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tens
   be.zero(s.moe_d_logits);
   be.moe_router_backward(s.moe_d_logits, s.moe_d_gates, idx_, gates_, probs_, logits_, lse_,
                          aux_w, z_coef, N, E, k, m.router, m.norm_topk);
-  be.matmul_backward(d_normed, ctx.g(router_), Tensor{}, s.moe_d_logits, normed, ctx.w(router_),
-                     N, C, E);
+  be.router_matmul_backward(d_normed, ctx.g(router_), s.moe_d_logits, normed, ctx.w(router_), N,
+                            C, E);
   for (int e = 0; e < E; ++e) step_routed_[size_t(e)] += dispatch_.routed[size_t(e)];
 }
 

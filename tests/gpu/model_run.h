@@ -25,7 +25,7 @@ inline ModelRun make_run(std::unique_ptr<Backend> be, const Config& c) {
   ModelRun r;
   r.be = std::move(be);
   r.model = std::make_unique<Transformer>(c.model, *r.be, c.train.batch_size,
-                                          c.precision.treatment);
+                                          c.precision.treatment, c.precision.quantize);
   r.opt = std::make_unique<Optimizer>(c.optim, *r.model, c.train.seed);
   r.model->init_weights(c.train.seed);
   return r;
@@ -43,6 +43,7 @@ inline std::vector<double> train(ModelRun& r, const Config& c, int steps) {
     data.batch(s, in.data(), tgt.data());
     losses.push_back(r.model->forward_backward(in.data(), tgt.data(), B, T, 1.0f));
     r.opt->step(lr_at(c.optim, s, c.warmup_steps(), c.total_steps()), r.opt->grad_norm());
+    r.model->after_optimizer_step();  // (the sigmoid_bias router's bias update)
   }
   return losses;
 }

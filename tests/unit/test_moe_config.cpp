@@ -106,8 +106,11 @@ TEST(MoeConfig, BadCombinationsAreRefusedNamingTheKey) {
   expect_moe_error(moe_yaml(", router: softmax_topk, bias_update_rate: 0.01"),
                    {"model.moe.bias_update_rate", "sigmoid_bias"});
   expect_moe_error(moe_yaml(", top_k: 1"), {"model.moe.router", "top_k 1"});
-  expect_moe_error(moe_yaml("", "device: cuda\n"),
-                   {"model.moe", "CUDA MoE kernels are not built yet", "device: cpu"});
+}
+
+TEST(MoeConfig, TrainsOnEitherDevice) {
+  EXPECT_EQ(parse(moe_yaml("", "device: cuda\n")).device, eco::Device::Cuda);
+  EXPECT_EQ(parse(moe_yaml("", "device: cpu\n")).device, eco::Device::Cpu);
 }
 
 TEST(MoeConfig, FingerprintChangesWithTheExperts) {

@@ -39,12 +39,12 @@ struct Dispatched {
   eco::MoeDispatch d;
 };
 
-Dispatched dispatch(const Routing& r, int64_t capacity) {
+Dispatched dispatch(const Routing& r, int64_t capacity, int align = 1) {
   Dispatched out;
   out.row_of_slot.assign(size_t(r.N * r.k), -2);
-  out.token_of_row.assign(size_t(r.N * r.k), -2);
+  out.token_of_row.assign(size_t(eco::moe_max_rows(r.N * r.k, r.E, align)), -2);
   out.d = eco::cpu::moe_dispatch(out.row_of_slot.data(), out.token_of_row.data(), r.idx.data(),
-                                 r.gates.data(), r.N, r.E, r.k, capacity);
+                                 r.gates.data(), r.N, r.E, r.k, capacity, align);
   return out;
 }
 
@@ -110,6 +110,44 @@ TEST(MoeDispatch, AllTokensToOneExpertKeepTokenOrder) {
   EXPECT_EQ(x.d.counts[0], 16);
   for (int t = 0; t < 16; ++t) EXPECT_EQ(x.token_of_row[size_t(t)], t);
   expect_gather_scatter_identity(r, x);
+}
+
+// Segments aligned to 16 rows (the CUDA backend's FP8 tiles): each expert's rows start on a
+// multiple of 16 right after the previous segment's padded end, hold the same tokens in the same
+// order as the unaligned dispatch, and the padding rows carry token -1 and gather as zeros.
+TEST(MoeDispatch, AlignedSegmentsPadWithEmptyRows) {
+  const Routing r = random_routing(45, 8, 3, 12, /*only_experts=*/6);  // experts 6, 7 empty
+  const Dispatched x = dispatch(r, r.N), y = dispatch(r, r.N, 16);
+  EXPECT_EQ(y.d.counts, x.d.counts);
+  EXPECT_EQ(y.d.kept, r.N * r.k);
+  int64_t end = 0;
+  for (int e = 0; e < r.E; ++e) {
+    const int64_t n = y.d.counts[size_t(e)], o = y.d.offsets[size_t(e)];
+    EXPECT_EQ(o, end) << "expert " << e;
+    EXPECT_EQ(o % 16, 0) << "expert " << e;
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(y.token_of_row[size_t(o + i)], x.token_of_row[size_t(x.d.offsets[size_t(e)] + i)]);
+    end = o + (n + 15) / 16 * 16;
+    for (int64_t row = o + n; row < end; ++row) EXPECT_EQ(y.token_of_row[size_t(row)], -1);
+  }
+  EXPECT_EQ(y.d.rows, end);
+  EXPECT_LE(y.d.rows, eco::moe_max_rows(r.N * r.k, r.E, 16));
+  for (int s = 0; s < r.N * r.k; ++s) {
+    const int32_t row = y.row_of_slot[size_t(s)];
+    ASSERT_GE(row, 0);
+    EXPECT_EQ(y.token_of_row[size_t(row)], s / r.k);
+  }
+  // Gather: padding rows come out zero (the buffer starts poisoned), then the identity.
+  const int C = 3;
+  std::vector<double> xs(size_t(r.N * C)), rows(size_t(y.d.rows * C), -7.0), back(xs.size(), 0.0);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 1.0 + double(i);
+  eco::cpu::moe_gather(rows.data(), xs.data(), y.token_of_row.data(), y.d.rows, C);
+  for (int64_t row = 0; row < y.d.rows; ++row) {
+    if (y.token_of_row[size_t(row)] >= 0) continue;
+    for (int c = 0; c < C; ++c) EXPECT_EQ(rows[size_t(row * C + c)], 0.0);
+  }
+  eco::cpu::moe_scatter_add(back.data(), rows.data(), y.row_of_slot.data(), r.N, C, r.k);
+  for (size_t i = 0; i < xs.size(); ++i) EXPECT_EQ(back[i], r.k * xs[i]);
 }
 
 TEST(MoeDispatch, CountsSumToTokensTimesK) {

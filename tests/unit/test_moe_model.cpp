@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "model/moe_mlp.h"
 #include "model/transformer.h"
 #include "model_gradcheck.h"
@@ -142,6 +143,44 @@ TEST(MoeModel, DroplessOutputIsEquivariantToPermutingTheTokens) {
   for (int t = 0; t < N; ++t)
     for (int c = 0; c < C; ++c)
       EXPECT_NEAR(yp[size_t(t * C + c)], y[size_t(perm[size_t(t)] * C + c)], 1e-12);
+}
+
+// The CPU reference with the CUDA backend's 16-row expert segments: the padding rows (zero
+// inputs through the expert GEMMs, zero output gradients) change nothing but the GEMMs' row
+// counts. Loss and every gradient equal the unpadded model's to 1e-12 relative in float64 (BLAS
+// may block a taller segment's reductions differently), shared experts and a capacity included.
+class PaddedCpuBackend final : public eco::CpuBackend<double> {
+ public:
+  int moe_row_align() const override { return 16; }
+};
+
+TEST(MoeModel, SegmentsPaddedTo16RowsGiveTheUnpaddedGradients) {
+  for (const int64_t capacity_drop : {0, 1}) {
+    ModelConfig cfg = tiny_moe(eco::ModelFamily::Gpt2, MoeRouter::TopkSoftmax);
+    cfg.moe.n_shared_experts = 1;
+    if (capacity_drop) cfg.moe.capacity_factor = 0.5;
+    auto be1 = eco::make_cpu_backend(eco::DType::F64);
+    PaddedCpuBackend be2;
+    ASSERT_EQ(be2.moe_row_align(), 16);
+    eco::Transformer a(cfg, *be1, 2), b(cfg, be2, 2);
+    a.init_weights(5);
+    b.init_weights(5);
+    std::vector<int32_t> in(10), tgt(10);
+    for (int i = 0; i < 10; ++i) in[size_t(i)] = (7 * i + 2) % 11, tgt[size_t(i)] = (3 * i + 1) % 11;
+    a.zero_grad();
+    b.zero_grad();
+    const double la = a.forward_backward(in.data(), tgt.data(), 2, 5, 1.0f);
+    const double lb = b.forward_backward(in.data(), tgt.data(), 2, 5, 1.0f);
+    EXPECT_NEAR(lb, la, 1e-12 * std::abs(la)) << "capacity " << capacity_drop;
+    std::vector<double> ga(size_t(a.table().total)), gb(ga.size());
+    be1->copy_to_host(ga.data(), a.grads());
+    be2.copy_to_host(gb.data(), b.grads());
+    double scale = 0;
+    for (double v : ga) scale = std::max(scale, std::abs(v));
+    ASSERT_GT(scale, 0);
+    for (size_t i = 0; i < ga.size(); ++i)
+      ASSERT_NEAR(gb[i], ga[i], 1e-12 * scale) << "capacity " << capacity_drop << " element " << i;
+  }
 }
 
 // Under precision.quantize: experts every treatment holds exactly the expert linears quantized
