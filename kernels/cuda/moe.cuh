@@ -21,14 +21,16 @@ cudaError_t moe_route(int32_t* idx, float* gates, float* probs, float* lse, cons
 
 // sums (E + 2) doubles: the sum over tokens of probs[:, e] (e < E), of lse^2 (E) and of each
 // token's router entropy (E + 1); a fixed reduction tree (equal to the CPU twin's token-order
-// sums to rounding).
+// sums to rounding). No tokens writes zeros.
 cudaError_t moe_router_sums(double* sums, const float* probs, const float* lse, int N, int E,
                             cudaStream_t s = nullptr);
 
 // The dropless counting sort of the N k slots by expert, stable in slot order, segments
 // aligned to `align` rows (padding rows: token -1). Writes row_of_slot (N k), token_of_row
-// (moe_max_rows(N k, E, align)) and counts (E) int32 (the histogram; the host derives the
-// offsets from it). scratch: moe_dispatch_scratch_ints(N, E, k) int32.
+// (moe_max_rows(N k, E, align); -1 on the padding and on every row past the last segment) and
+// counts (E) int32 (the histogram; the host derives the offsets from it). scratch:
+// moe_dispatch_scratch_ints(N, E, k) int32. An expert id outside [0, E) is not routed (row -1,
+// not counted). No tokens still writes the zero counts.
 int64_t moe_dispatch_scratch_ints(int N, int E, int k);
 cudaError_t moe_dispatch(int32_t* row_of_slot, int32_t* token_of_row, int32_t* counts,
                          int32_t* scratch, const int32_t* idx, int N, int E, int k, int align,
