@@ -2,7 +2,8 @@
 # One command for a GPU machine: builds for the GPU it finds, runs the GPU tests (each CUDA
 # kernel against its CPU twin, and the whole model against the CPU backend), the GPU benchmarks,
 # short GPT-2 124M training runs (bf16-mw with the default attention path and with
-# ECO_CUDA_ATTENTION=mma, fp8-eco-sr) and one of the 2.1B SMoE (fp8-eco-sr, experts quantized);
+# ECO_CUDA_ATTENTION=mma, fp8-eco-sr) and one of the 2.1B SMoE's layers (fp8-eco-sr, experts
+# quantized);
 # prints a summary table last. Full log in the directory given as argument. Each part runs under
 # a timeout (tests 200 + 40 s, each benchmark 50 s, each training run 40 s: 500 s at worst); on an
 # H200 with prebuilt binaries the whole script should take a few minutes.
@@ -93,10 +94,12 @@ train_rc=0
 if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-gpu.yaml --plan >/dev/null 2>&1; then
   # label:treatment:attention path (ECO_CUDA_ATTENTION; the mma row measures the flash kernel on
   # tensor cores against the default path in the same run).
-  # The SMoE rows train the paper's 2.1B SMoE (configs/smoe-2.1b.yaml) on synthetic tokens, one
-  # micro-batch of 16 x 512 a step: tokens/s, and the expert GEMMs' TFLOP/s (expert FLOPs over
+  # The SMoE row trains 8 of the paper's 24 SMoE layers (configs/smoe-2.1b.yaml: the same expert
+  # GEMM shapes; 0.7B parameters, so that the final checkpoint stays a few GB) on synthetic tokens,
+  # one micro-batch of 16 x 512 a step: tokens/s, and the expert GEMMs' TFLOP/s (expert FLOPs over
   # the time of the quantized linears, which under quantize: experts are exactly the experts').
-  smoe_set=(--set data.source=synthetic --set train.grad_accum=1 --set train.max_tokens=163840
+  smoe_set=(--set model.n_layer=8 --set data.source=synthetic --set train.grad_accum=1
+    --set train.max_tokens=163840
     --set train.log_interval=1 --set train.eval_batches=2 --set train.sample_tokens=0)
   for run in bf16-mw:bf16-mw:auto:gpt2 bf16-mw/mma:bf16-mw:mma:gpt2 fp8-eco-sr:fp8-eco-sr:auto:gpt2 \
     smoe-eco-sr:fp8-eco-sr:auto:smoe; do
@@ -190,7 +193,7 @@ PY
 )
     train_rows+=("$row")
   done
-  train_note="GPT-2 124M, B 64 x T 1024, 20 steps (configs/gpt2-124m-gpu.yaml); smoe-*: the 2.1B SMoE (configs/smoe-2.1b.yaml), B 16 x T 512, 20 steps, synthetic tokens; MFU (active parameters) vs 989 TFLOP/s"
+  train_note="GPT-2 124M, B 64 x T 1024, 20 steps (configs/gpt2-124m-gpu.yaml); smoe-eco-sr: 8 of the 2.1B SMoE's 24 layers (configs/smoe-2.1b.yaml), B 16 x T 512, 20 steps, synthetic tokens; MFU (active parameters) vs 989 TFLOP/s"
 else
   train_note="skipped: $bin/eco-train missing or refuses configs/gpt2-124m-gpu.yaml (--plan)"
 fi
