@@ -57,6 +57,13 @@ class CpuBackend : public Backend {
     return t;
   }
   void zero(const Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
+  void add_inplace(const Tensor& acc, const Tensor& x, int64_t n) override {
+    ECO_CPU_OP("add_inplace");
+    T* a = p(acc);
+    const T* b = p(x);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = a[i] + b[i];
+  }
   void copy_from_host(const Tensor& dst, const void* src) override {
     ECO_CPU_OP("copy_from_host");
     std::memcpy(dst.data, src, dst.bytes());

@@ -169,6 +169,12 @@ class CudaBackend final : public Backend {
     ECO_CHECK_CUDA(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, s()));
     synchronize();
   }
+  void add_inplace(const Tensor& acc, const Tensor& x, int64_t n) override {
+    ECO_OP("add_inplace");
+    ECO_ASSERT(acc.numel() >= n && x.numel() >= n, "add_inplace of {} elements into {} / {}", n,
+               acc.numel(), x.numel());
+    ECO_CHECK_CUDA(cuda::add_inplace_f32(f32(acc), f32(x), n, s()));
+  }
   void copy_to_host(void* dst, const Tensor& src) override {
     ECO_OP("copy_to_host");
     ECO_CHECK_CUDA(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, s()));

@@ -23,6 +23,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
+    add_inplace_f32_kernel(float* acc, const float* x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] = acc[i] + x[i];
+}
+
+__global__ void __launch_bounds__(kThreads)
     gelu_forward_kernel(float* out, const float* inp, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = gelu_tanh(inp[i]);
@@ -54,6 +60,12 @@ cudaError_t accumulate(bf16* dst, const bf16* src, int64_t n, cudaStream_t s) {
 cudaError_t scale_inplace(float* x, float scale, int64_t n, cudaStream_t s) {
   if (const cudaError_t e = check(n, x); e != cudaSuccess || n == 0) return e;
   scale_inplace_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, scale, n);
+  return cudaGetLastError();
+}
+
+cudaError_t add_inplace_f32(float* acc, const float* x, int64_t n, cudaStream_t s) {
+  if (const cudaError_t e = check(n, acc, x); e != cudaSuccess || n == 0) return e;
+  add_inplace_f32_kernel<<<blocks_for(n), kThreads, 0, s>>>(acc, x, n);
   return cudaGetLastError();
 }
 

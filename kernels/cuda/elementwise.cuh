@@ -16,6 +16,8 @@ cudaError_t residual_forward(__nv_bfloat16* out, const __nv_bfloat16* a, const _
 // dst (n) += src (bf16).
 cudaError_t accumulate(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t n,
                        cudaStream_t s = nullptr);
+// acc (n) = acc + x (fp32: the rank-order gradient accumulation of the trainer).
+cudaError_t add_inplace_f32(float* acc, const float* x, int64_t n, cudaStream_t s = nullptr);
 // x (n) *= s (fp32: gradient clipping).
 cudaError_t scale_inplace(float* x, float scale, int64_t n, cudaStream_t s = nullptr);
 // fp32 GELU on the shared math: the bit-identity check of kernels/common on the GPU

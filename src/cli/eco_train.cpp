@@ -5,12 +5,15 @@
 // 130 / 143 (stopped by SIGINT / SIGTERM after its checkpoint).
 #include <spdlog/spdlog.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "kernels/cpu/blas_runtime.h"
 #include "train/memory_check.h"
 #include "train/trainer.h"
@@ -30,7 +33,36 @@ constexpr const char* kUsage =
     "  --overwrite          start over in a train.out_dir holding an earlier run's checkpoints,\n"
     "                       deleting them (without it such a start is refused)\n";
 
-int run(int argc, char** argv) {
+// FNV-1a of the text: the same on every rank for the same bytes.
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Every rank must train the same run: the resolved config and this binary (its build stamp)
+// are compared across ranks, and a difference is an error on all of them, naming the ranks.
+void check_ranks_agree(const eco::Config& cfg, eco::Communicator& comm) {
+  if (comm.world() == 1) return;
+  const uint64_t mine[2] = {fnv1a(eco::to_yaml(cfg)), fnv1a(__DATE__ " " __TIME__ " " __VERSION__)};
+  std::vector<uint64_t> all(2 * size_t(comm.world()));
+  comm.all_gather(all.data(), mine, sizeof mine);
+  std::string config_differs, binary_differs;
+  for (int r = 1; r < comm.world(); ++r) {
+    if (all[2 * size_t(r)] != all[0]) config_differs += fmt::format(" {}", r);
+    if (all[2 * size_t(r) + 1] != all[1]) binary_differs += fmt::format(" {}", r);
+  }
+  if (!config_differs.empty())
+    eco::usage_error("{}: the resolved config of rank(s){} differs from rank 0's (every rank must "
+                     "read the same file with the same --set overrides)",
+                     cfg.source_path, config_differs);
+  if (!binary_differs.empty())
+    eco::usage_error("rank(s){} run a different eco-train build than rank 0 (rebuild it on every "
+                     "node from the same source)",
+                     binary_differs);
+}
+
+int run(int argc, char** argv, eco::Communicator& comm) {
   std::string config_path;
   std::vector<std::string> overrides;
   bool plan = false;
@@ -72,7 +104,9 @@ int run(int argc, char** argv) {
     eco::usage_error("--overwrite starts over; it goes with a fresh start or --resume=PATH, not "
                      "with --resume or --resume-if-present");
   const eco::Config cfg = eco::load_config(config_path, overrides);
+  check_ranks_agree(cfg, comm);
   if (plan) {
+    if (comm.rank() != 0) return 0;  // one plan: the ranks' are equal today (zero 0, ep 1)
     const eco::MemoryFit fit = eco::memory_fit(cfg);
     std::fputs(eco::plan_report(cfg).c_str(), stdout);
     std::printf("memory: %s: %s\n", fit.describe().c_str(),
@@ -83,7 +117,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   spdlog::info("BLAS: {}", eco::cpu::blas_summary_line());
-  eco::Trainer trainer(cfg);
+  eco::Trainer trainer(cfg, eco::RunContext{comm.rank(), comm.world()}, &comm);
   return trainer.run(opts);
 }
 
@@ -92,13 +126,25 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   eco::cpu::ensure_blas_core(argv);  // may re-exec with OPENBLAS_CORETYPE set: before all else
   spdlog::set_pattern("[%H:%M:%S] %^%v%$");
+  std::unique_ptr<eco::Communicator> comm;
+  int code = 0;
+  std::string error;
   try {
-    return run(argc, argv);
+    comm = eco::make_communicator(&argc, &argv);
+    return run(argc, argv, *comm);
   } catch (const eco::Error& e) {
-    std::fprintf(stderr, "eco-train: error: %s\n", e.what());
-    return e.exit_code();
+    error = e.what();
+    code = e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "eco-train: error: %s\n", e.what());
-    return 1;
+    error = e.what();
+    code = 1;
   }
+  const bool several = comm && comm->world() > 1;
+  const std::string who =
+      several ? fmt::format("[rank {}/{}] ", comm->rank(), comm->world()) : std::string();
+  std::fprintf(stderr, "eco-train: error: %s%s\n", who.c_str(), error.c_str());
+  std::fflush(stderr);
+  // A rank that fails alone must not leave the others waiting in a collective.
+  if (several) comm->abort(code);
+  return code;
 }

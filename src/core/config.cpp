@@ -64,8 +64,8 @@ Config from_node(YAML::Node root, const std::string& origin) {
   Config c;
   c.source_path = origin;
 
-  static const std::set<std::string> kSections = {"model", "data", "optim", "train",
-                                                  "precision", "device"};
+  static const std::set<std::string> kSections = {"model",     "data",     "optim", "train",
+                                                  "precision", "parallel", "device"};
   std::set<std::string> seen;
   for (const auto& kv : root) {
     if (!kv.first.IsScalar())
@@ -240,6 +240,21 @@ Config from_node(YAML::Node root, const std::string& origin) {
       usage_error("{}: key 'precision.treatment': {}", origin, e.what());
     }
   }
+  {
+    SectionReader r(root["parallel"], "parallel", origin);
+    ParallelConfig& p = c.parallel;
+    r.get("dp", p.dp);
+    r.get("ep", p.ep);
+    r.get("zero", p.zero);
+    r.finish();
+    require_range(p.dp, 1, ConfigLimits::kMaxRanks, origin, "parallel.dp");
+    require(p.ep == 1, origin, "parallel.ep",
+            fmt::format("must be 1: expert parallelism is not built yet (issue 14), got {}", p.ep));
+    require(p.zero == 0 || p.zero == 1, origin, "parallel.zero",
+            fmt::format("must be 0 or 1, got {}", p.zero));
+    require(p.zero == 0, origin, "parallel.zero",
+            "must be 0: ZeRO-1 is not built yet (issue 14)");
+  }
   if (root["device"] && !root["device"].IsNull()) {
     const YAML::Node d = root["device"];
     if (!d.IsScalar()) usage_error("{}: key 'device' must be 'cpu' or 'cuda'", origin);
@@ -381,6 +396,14 @@ std::string to_yaml(const Config& c) {
   if (c.precision.quantize != QuantizeScope::Blocks)
     e << YAML::Key << "quantize" << YAML::Value << enum_name(c.precision.quantize);
   e << YAML::EndMap;
+  // Only when not one process, as precision.quantize above.
+  if (c.parallel.world() > 1 || c.parallel.zero != 0) {
+    e << YAML::Key << "parallel" << YAML::Value << YAML::BeginMap;
+    e << YAML::Key << "dp" << YAML::Value << c.parallel.dp;
+    e << YAML::Key << "ep" << YAML::Value << c.parallel.ep;
+    e << YAML::Key << "zero" << YAML::Value << c.parallel.zero;
+    e << YAML::EndMap;
+  }
   e << YAML::Key << "device" << YAML::Value << enum_name(c.device);
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
@@ -408,7 +431,7 @@ std::vector<std::string> trajectory_keys(const Config& c) {
       "data.shuffle",       "optim.lr",           "optim.beta1",        "optim.beta2",
       "optim.eps",          "optim.weight_decay", "optim.grad_clip",    "optim.warmup_steps",
       "optim.warmup_frac",  "optim.schedule",     "optim.final_lr_frac", "train.batch_size",
-      "train.grad_accum",   "train.seed"};
+      "train.grad_accum",   "train.seed",         "parallel.dp"};
   // The run's length shapes the lr schedule unless it is constant without a warmup fraction.
   if (c.optim.schedule != LrSchedule::Constant || c.optim.warmup_frac > 0) {
     keys.push_back("train.max_steps");
@@ -429,7 +452,7 @@ std::vector<std::string> trajectory_differences(const std::string& saved_yaml, c
   const auto value = [](const YAML::Node& root, const std::string& key) -> std::string {
     const auto dot = key.find('.');
     const YAML::Node section = root[key.substr(0, dot)];
-    if (!section.IsMap()) return "(absent)";
+    if (!section || !section.IsMap()) return "(absent)";  // (parallel: only when several ranks)
     const YAML::Node v = section[key.substr(dot + 1)];
     return v && v.IsScalar() ? v.Scalar() : "(absent)";
   };

@@ -56,6 +56,7 @@ struct ConfigLimits {
   static constexpr int64_t kMaxSeqLen = 1 << 24;
   static constexpr int64_t kMaxBatch = 1 << 20;
   static constexpr int64_t kMaxGradAccum = 16384;
+  static constexpr int64_t kMaxRanks = 1 << 16;
   static constexpr int64_t kMaxEvalBatches = 10000;
   static constexpr int64_t kMaxSampleTokens = 100000;
   static constexpr int64_t kMaxKeepCheckpoints = 10000;
@@ -149,17 +150,30 @@ struct PrecisionConfig {
   QuantizeScope quantize = QuantizeScope::Blocks;  // which parameters the treatment applies to
 };
 
+// How the processes of a run share the work (issue 14; ../shared/design/DISTRIBUTED.md). The
+// launcher (mpirun, srun) must start dp x ep processes. Today: data parallelism (dp ranks, each
+// a micro-batch of train.batch_size, gradients summed in rank order); ep and zero are refused
+// until expert parallelism and ZeRO-1 exist.
+struct ParallelConfig {
+  int dp = 1;    // data-parallel ranks
+  int ep = 1;    // expert-parallel ranks (1 only, today)
+  int zero = 0;  // 0: every rank holds the whole optimizer state (1: ZeRO-1, not built yet)
+  int world() const { return dp * ep; }
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;
   TrainConfig train;
   PrecisionConfig precision;
+  ParallelConfig parallel;
   Device device = Device::Cpu;
   std::string source_path;        // the YAML file it came from (for messages)
 
+  // Global: every data-parallel rank's micro-batches.
   int64_t tokens_per_step() const {
-    return int64_t(train.batch_size) * train.grad_accum * model.seq_len;
+    return int64_t(train.batch_size) * train.grad_accum * model.seq_len * parallel.dp;
   }
   int64_t total_steps() const;    // max_steps, or ceil(max_tokens / tokens_per_step)
   int64_t warmup_steps() const;

@@ -108,6 +108,9 @@ class Backend {
   virtual Tensor alloc(const std::string& name, std::vector<int64_t> shape, DType dtype,
                        MemCategory category, bool quantizable_param = false) = 0;
   virtual void zero(const Tensor& t) = 0;
+  // acc (n) = acc + x, element by element in the parameter dtype (the trainer's gradient
+  // accumulation: one rounding per addition, in the order the caller adds).
+  virtual void add_inplace(const Tensor& acc, const Tensor& x, int64_t n) = 0;
   // Raw copies in the tensor's own dtype.
   virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
   virtual void copy_to_host(void* dst, const Tensor& src) = 0;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/config_reader.h"
 #include "core/error.h"
 #include "train/evaluator.h"
 #include "train/memory_check.h"
@@ -19,14 +20,33 @@
 
 namespace eco {
 
-Trainer::Trainer(const Config& cfg, RunContext ctx)
+Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
     : cfg_(cfg),
       ctx_(ctx),
+      own_comm_(comm ? nullptr : make_local_communicator()),
+      comm_(comm ? comm : own_comm_.get()),
       log_(ctx),
       run_dir_(cfg.train.out_dir, ctx),
       spikes_(cfg.train.spike_factor, cfg.train.spike_window) {
   if (ctx_.world < 1 || ctx_.rank < 0 || ctx_.rank >= ctx_.world)
     runtime_error("run context: rank {} is not a rank of a run of {}", ctx_.rank, ctx_.world);
+  const ParallelConfig& par = cfg_.parallel;
+  if (comm_->world() != par.world())
+    usage_error("{}: key 'parallel.dp' is {} (x parallel.ep {}), but {} process{} started: launch "
+                "{} (mpirun -np {}) or set parallel.dp: {}",
+                cfg_.source_path, par.dp, par.ep, comm_->world(),
+                comm_->world() == 1 ? " was" : "es were", par.world(), par.world(),
+                comm_->world());
+  if (comm_->world() > 1) {
+    config_reader::require(cfg_.device == Device::Cpu, cfg_.source_path, "parallel.dp",
+            "data parallelism on device: cuda needs NCCL, which is not wired yet (issue 14); "
+            "train the ranks with device: cpu, or one process on the GPU");
+    config_reader::require(!(cfg_.model.moe.router == MoeRouter::SigmoidBias &&
+              cfg_.model.moe.bias_update_rate > 0),
+            cfg_.source_path, "model.moe.bias_update_rate",
+            "the sigmoid_bias router's bias update needs the global token counts, which data "
+            "parallelism does not gather yet (issue 14); set it to 0 or run one process");
+  }
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   // Before any allocation: a model that cannot fit is refused at once, not after minutes of
   // zeroing memory.
@@ -38,8 +58,10 @@ Trainer::Trainer(const Config& cfg, RunContext ctx)
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,
                    cfg_.train.seed, cfg_.data.shuffle};
-  LoaderOptions vo = lo;
+  LoaderOptions vo = lo;  // every rank evaluates the whole validation set
   vo.shuffle = false;
+  lo.rank = comm_->rank();  // the data-parallel ranks of a step read disjoint windows
+  lo.world_size = par.dp;
   if (cfg_.data.source == DataSource::Synthetic) {
     train_data_.emplace(DataLoader::synthetic(0, lo));
     val_data_.emplace(DataLoader::synthetic(1, vo));
@@ -51,6 +73,9 @@ Trainer::Trainer(const Config& cfg, RunContext ctx)
   const size_t batch_tokens = size_t(cfg_.train.batch_size) * cfg_.model.seq_len;
   inputs_.resize(batch_tokens);
   targets_.resize(batch_tokens);
+  if (cfg_.train.grad_accum > 1)
+    grad_acc_ = backend_->alloc("gradient accumulator", model_->grads().shape,
+                                model_->grads().dtype, MemCategory::Grads);
 }
 
 Trainer::~Trainer() = default;
@@ -205,10 +230,10 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   const int B = tc.batch_size, T = cfg_.model.seq_len;
   StepResult r;
   r.lr = lr_at(cfg_.optim, step, cfg_.warmup_steps(), cfg_.total_steps());
-  model_->zero_grad();
+  if (tc.grad_accum > 1) backend_->zero(grad_acc_);
   double loss_sum = 0;
   for (int micro = 0; micro < tc.grad_accum; ++micro) {
-    if (micro > 0 && stop_requested()) {
+    if (micro > 0 && stop_requested() && comm_->world() == 1) {
       r.interrupted = true;
       return r;
     }
@@ -217,9 +242,14 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
       train_data_->batch(step * tc.grad_accum + micro, inputs_.data(), targets_.data());
     }
     const ScopedRange range(*backend_, "forward + backward");
+    model_->zero_grad();
     loss_sum += model_->forward_backward(inputs_.data(), targets_.data(), B, T,
-                                         1.0f / tc.grad_accum);
+                                         1.0f / float(tc.grad_accum * cfg_.parallel.dp));
+    if (tc.grad_accum > 1) backend_->add_inplace(grad_acc_, model_->grads(), grad_acc_.numel());
   }
+  reduce_gradients();
+  if (comm_->world() > 1) comm_->all_reduce_sum(&loss_sum, 1);  // in rank order, as the grads
+  loss_sum /= cfg_.parallel.dp;
   r.loss = loss_sum / tc.grad_accum;
   r.grad_norm = opt_->grad_norm();
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
@@ -238,6 +268,26 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   opt_->step(r.lr, r.grad_norm);  // clips to optim.grad_clip by grad_norm
   model_->after_optimizer_step();
   return r;
+}
+
+void Trainer::reduce_gradients() {
+  const Tensor& g = model_->grads();
+  if (cfg_.train.grad_accum > 1) {  // grads = 0 + the micro-batches' sum
+    backend_->zero(g);
+    backend_->add_inplace(g, grad_acc_, g.numel());
+  }
+  if (comm_->world() == 1) return;
+  const ScopedRange range(*backend_, "gradient all-reduce");
+  // The ranks' gradients are host memory (device: cpu; the constructor refuses cuda).
+  ECO_ASSERT(g.dtype == DType::F32, "data-parallel gradients in {}", dtype_name(g.dtype));
+  comm_->all_reduce_sum(g.as<float>(), g.numel());
+}
+
+bool Trainer::stop_agreed(const StopSignals& stop) {
+  if (comm_->world() == 1) return stop.requested();
+  double any = stop.requested() ? 1.0 : 0.0;
+  comm_->all_reduce_max(&any, 1);
+  return any > 0;
 }
 
 void Trainer::after_step(int64_t done, const StepResult& r, double ms, double eta_s,
@@ -271,7 +321,7 @@ void Trainer::train_loop(Progress& p, StepProfile& profile, const StopSignals& s
   const int64_t total = cfg_.total_steps();
   StepTimeAverage step_time;
   using clock = std::chrono::steady_clock;
-  while (p.step < total && !stop.requested()) {
+  while (p.step < total && !stop_agreed(stop)) {
     profile.begin_step(p.step);
     const auto t0 = clock::now();
     const StepResult r = train_step(p.step);
@@ -289,7 +339,7 @@ void Trainer::train_loop(Progress& p, StepProfile& profile, const StopSignals& s
     after_step(done, r, ms, step_time.ms_per_step(ms) * double(total - done) / 1000.0, p);
     if (p.diverged) break;
   }
-  if (!stop.requested() || p.diverged) return;
+  if (!stop_agreed(stop) || p.diverged) return;
   if (p.step == p.saved || p.step == p.start) {
     log_.warn("interrupted at step {} (nothing new to save; resume with --resume)", p.step);
     return;

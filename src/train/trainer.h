@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "data/loader.h"
+#include "dist/communicator.h"
 #include "model/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -44,8 +45,9 @@ struct RunOptions {
 
 class Trainer {
  public:
-  // ctx: which process of the run this is (rank 0 of 1 for a single process).
-  explicit Trainer(const Config& cfg, RunContext ctx = {});
+  // ctx: which process of the run this is (rank 0 of 1 for a single process); comm: the
+  // processes' collectives (null: one process). comm's world must be cfg.parallel.world().
+  explicit Trainer(const Config& cfg, RunContext ctx = {}, Communicator* comm = nullptr);
   ~Trainer();
   // Train to the configured number of steps. Returns the process exit code: 0, 1 when training
   // diverged, 130 / 143 when stopped by SIGINT / SIGTERM (after saving a checkpoint). Resuming a
@@ -85,8 +87,14 @@ class Trainer {
   // to do); otherwise takes the final losses from metrics.jsonl (or evaluates) for finish().
   bool finished_run_intact(Progress& p);
   void log_run_header();
-  // One optimizer step (0-based `step`) over grad_accum micro-batches.
+  // One optimizer step (0-based `step`) over grad_accum micro-batches on every rank.
   StepResult train_step(int64_t step);
+  // The gradient of the step's micro-batches and ranks in grads(), summed in one fixed order:
+  // ((0 + g_0) + g_1) + ..., micro-batches in order on each rank, then the ranks' sums in rank
+  // order. One micro-batch a rank on N ranks gives one rank's N micro-batches bit for bit.
+  void reduce_gradients();
+  // A stop signal seen by any rank (every rank must leave the loop at the same step).
+  bool stop_agreed(const StopSignals& stop);
   // What falls due after `done` steps: progress line, eval, sample, checkpoint.
   void after_step(int64_t done, const StepResult& r, double ms, double eta_s, Progress& p);
   // Steps until the end, divergence or a stop signal; then, if a signal stopped it, the
@@ -100,6 +108,8 @@ class Trainer {
 
   Config cfg_;
   RunContext ctx_;
+  std::unique_ptr<Communicator> own_comm_;  // when the caller gave none
+  Communicator* comm_ = nullptr;
   RunLog log_;
   RunDir run_dir_;
   std::unique_ptr<Backend> backend_;
@@ -109,6 +119,7 @@ class Trainer {
   std::optional<TextSampler> sampler_;
   LossSpikeDetector spikes_;
   std::vector<int32_t> inputs_, targets_;  // one micro-batch, (B, T) each
+  Tensor grad_acc_;  // the micro-batches' gradient sum (grad_accum > 1; grads()' shape)
 };
 
 }  // namespace eco

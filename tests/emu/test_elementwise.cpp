@@ -147,6 +147,31 @@ TEST(EmuElementwise, ScaleInplaceEqualsCpuTwinBitwise) {
   EXPECT_GT(tally.cases, 0);
 }
 
+// add_inplace_f32 (the trainer's gradient accumulation): acc + x bit for bit as the CPU
+// backend's add_inplace adds, signed zeros and non-finite values included, guards untouched.
+TEST(EmuElementwise, AddInplaceF32EqualsHostAddBitwise) {
+  Tally tally;
+  emu::sequential = true;
+  uint64_t seed = 70;
+  for (int64_t n : {1, 257, 10007}) {
+    std::vector<float> acc = randn(size_t(n), ++seed, 1.0f), x = randn(size_t(n), ++seed, 1e-3f);
+    const float a_sp[] = {0.0f, -0.0f, 0.0f, INFINITY, 3e38f, 1.0f};
+    const float x_sp[] = {-0.0f, -0.0f, 0.0f, -INFINITY, 3e38f, -1.0f};
+    for (size_t k = 0; k < 6 && k < acc.size(); ++k) acc[k] = a_sp[k], x[k] = x_sp[k];
+    Guarded<float> d_acc(acc), d_x(x);
+    ++tally.cases;
+    const cudaError_t e = ec::add_inplace_f32(d_acc.data(), d_x.data(), n);
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + x[i];
+    long first = -1;
+    const long k = differ(d_acc.host(), acc, &first);
+    if (e != cudaSuccess || k != 0 || !d_acc.guards_intact() || d_x.host() != x)
+      tally.fail("n " + std::to_string(n) + ": " + std::to_string(k) + " differ, first " +
+                 std::to_string(first));
+  }
+  emu::sequential = false;
+  EXPECT_GT(tally.cases, 0);
+}
+
 TEST(EmuElementwise, RefusesNegativeSizesAndNullBuffers) {
   bf16* p = reinterpret_cast<bf16*>(16);  // never dereferenced: refused before any launch
   const long launches = emu::launches;
@@ -157,5 +182,7 @@ TEST(EmuElementwise, RefusesNegativeSizesAndNullBuffers) {
   EXPECT_EQ(ec::scale_inplace(nullptr, 1.0f, 0), cudaSuccess);
   EXPECT_EQ(ec::scale_inplace(nullptr, 1.0f, 5), cudaErrorInvalidValue);
   EXPECT_EQ(ec::scale_inplace(reinterpret_cast<float*>(16), 1.0f, -1), cudaErrorInvalidValue);
+  EXPECT_EQ(ec::add_inplace_f32(nullptr, nullptr, 0), cudaSuccess);
+  EXPECT_EQ(ec::add_inplace_f32(reinterpret_cast<float*>(16), nullptr, 3), cudaErrorInvalidValue);
   EXPECT_EQ(emu::launches, launches);
 }

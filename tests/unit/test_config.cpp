@@ -411,3 +411,36 @@ TEST(Config, WarmupFracIsAFractionOfTotalSteps) {
   EXPECT_EQ(parse(base_yaml("optim: {warmup_frac: 0.25}\n"), {"train.max_steps=100"}).warmup_steps(), 25);
   EXPECT_EQ(parse(base_yaml("optim: {warmup_steps: 6}\n")).warmup_steps(), 6);
 }
+
+// ---- parallel (issue 14) ----------------------------------------------------------------------
+
+TEST(ConfigParallel, DefaultsToOneProcessAndScalesTheGlobalBatchByDp) {
+  const Config one = parse(base_yaml("model: {seq_len: 8}\n"));
+  EXPECT_EQ(one.parallel.dp, 1);
+  EXPECT_EQ(one.parallel.world(), 1);
+  const Config four = parse(base_yaml("model: {seq_len: 8}\nparallel: {dp: 4}\n"));
+  EXPECT_EQ(four.parallel.world(), 4);
+  EXPECT_EQ(four.tokens_per_step(), 4 * one.tokens_per_step());
+  // One process writes no parallel section (default runs' resolved configs stay as they were);
+  // several do, and read back the same.
+  EXPECT_EQ(eco::to_yaml(one).find("parallel"), std::string::npos);
+  EXPECT_EQ(parse(eco::to_yaml(four)).parallel.dp, 4);
+}
+
+TEST(ConfigParallel, RefusesWhatIsNotBuiltOrOutOfRange) {
+  expect_config_error(base_yaml("parallel: {dp: 0}\n"), {kOrigin, "parallel.dp", "[1, 65536]"});
+  expect_config_error(base_yaml("parallel: {ep: 2}\n"),
+                      {kOrigin, "parallel.ep", "expert parallelism is not built yet"});
+  expect_config_error(base_yaml("parallel: {zero: 1}\n"),
+                      {kOrigin, "parallel.zero", "ZeRO-1 is not built yet"});
+  expect_config_error(base_yaml("parallel: {zero: 2}\n"), {kOrigin, "parallel.zero", "0 or 1"});
+  expect_config_error(base_yaml("parallel: {tp: 2}\n"), {kOrigin, "parallel.tp"});
+}
+
+// A data-parallel run resumed with another dp would change the global batch: refused by name.
+TEST(ConfigParallel, DpIsATrajectoryKey) {
+  const Config four = parse(base_yaml("parallel: {dp: 4}\n"));
+  const auto diffs = eco::trajectory_differences(eco::to_yaml(four), parse(base_yaml()));
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_NE(diffs[0].find("parallel.dp: 4 in the checkpoint"), std::string::npos) << diffs[0];
+}

@@ -1,0 +1,56 @@
+// The processes of a run and the collectives between them (../shared/design/DISTRIBUTED.md):
+// one process (LocalCommunicator) or an MPI job (mpirun / srun; MpiCommunicator). Sums are
+// deterministic: every rank gets ((0 + x_0) + x_1) + ... + x_{w-1}, added in rank order on
+// each element whatever algorithm the engine would pick, so a run's bits do not depend on timing
+// and a data-parallel step equals one rank's gradient accumulation in the same order.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace eco {
+
+// Bytes this rank sent, per collective (the communicator's counters; summary.json reports them).
+struct CommBytes {
+  int64_t all_reduce = 0, all_gather = 0, broadcast = 0;
+  int64_t total() const { return all_reduce + all_gather + broadcast; }
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual std::string name() const = 0;  // "local", "mpi"
+
+  // x (n) = the sum over ranks in rank order from 0 (above), on every rank.
+  virtual void all_reduce_sum(float* x, int64_t n) = 0;
+  virtual void all_reduce_sum(double* x, int64_t n) = 0;
+  virtual void all_reduce_sum(int64_t* x, int64_t n) = 0;
+  // x (n) = the element-wise maximum over ranks.
+  virtual void all_reduce_max(double* x, int64_t n) = 0;
+  // out (world * bytes) = every rank's `bytes` bytes of `in`, in rank order.
+  virtual void all_gather(void* out, const void* in, int64_t bytes) = 0;
+  // `bytes` of data from `root` to every rank.
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Ends every process of the run with `code` (a rank that failed alone must not leave the
+  // others waiting in a collective). Does not return.
+  [[noreturn]] virtual void abort(int code) = 0;
+
+  const CommBytes& bytes_sent() const { return bytes_; }
+
+ protected:
+  CommBytes bytes_;
+};
+
+// One process: rank 0 of 1; every collective is the identity (sums start from 0 as above).
+std::unique_ptr<Communicator> make_local_communicator();
+// The run's communicator: MPI when a launcher started this process (mpirun, srun: its
+// environment names a world), else one process. A launched process in a build without MPI
+// is refused with an error saying so.
+std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv);
+// True when the environment says an MPI launcher started this process.
+bool launched_by_mpi();
+
+}  // namespace eco

@@ -1,0 +1,155 @@
+// The MPI communicator. The deterministic sum is a reduce-scatter by rank-ordered chunks (rank c
+// receives chunk c of every rank with MPI_Alltoallv and adds the w pieces in rank order from 0)
+// followed by an all-gather of the summed chunks: the traffic of a ring all-reduce, 2 (w - 1) / w
+// of the buffer per rank, with the order of the additions fixed by us rather than by MPI.
+#include "dist/mpi_communicator.h"
+
+#include "core/error.h"
+
+#ifdef ECO_HAVE_MPI
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <vector>
+
+#define ECO_CHECK_MPI(call)                                                        \
+  do {                                                                             \
+    if (const int eco_mpi_rc_ = (call); eco_mpi_rc_ != MPI_SUCCESS) {             \
+      char eco_mpi_msg_[MPI_MAX_ERROR_STRING];                                     \
+      int eco_mpi_len_ = 0;                                                        \
+      MPI_Error_string(eco_mpi_rc_, eco_mpi_msg_, &eco_mpi_len_);                  \
+      ::eco::runtime_error("{}:{}: {} failed: {}", __FILE__, __LINE__, #call,      \
+                           std::string(eco_mpi_msg_, size_t(eco_mpi_len_)));        \
+    }                                                                              \
+  } while (0)
+
+namespace eco {
+namespace {
+
+template <class T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <>
+MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+
+// Elements per rank-chunk in one round of the ordered sum (MPI counts are int).
+constexpr int64_t kChunkElems = int64_t(1) << 26;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(int* argc, char*** argv) {
+    int provided = 0;
+    ECO_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    ECO_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    ECO_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    ECO_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  std::string name() const override { return "mpi"; }
+
+  void all_reduce_sum(float* x, int64_t n) override { ordered_sum(x, n, recv_f32_); }
+  void all_reduce_sum(double* x, int64_t n) override { ordered_sum(x, n, recv_f64_); }
+  void all_reduce_sum(int64_t* x, int64_t n) override {  // integer sums: any order is exact
+    for (int64_t off = 0; off < n; off += INT_MAX) {
+      const int c = int(std::min<int64_t>(n - off, INT_MAX));
+      ECO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+    }
+    bytes_.all_reduce += n * int64_t(sizeof(int64_t));
+  }
+  void all_reduce_max(double* x, int64_t n) override {
+    for (int64_t off = 0; off < n; off += INT_MAX) {
+      const int c = int(std::min<int64_t>(n - off, INT_MAX));
+      ECO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    }
+    bytes_.all_reduce += n * int64_t(sizeof(double));
+  }
+  void all_gather(void* out, const void* in, int64_t bytes) override {
+    if (bytes > INT_MAX)
+      runtime_error("all_gather of {} bytes per rank: more than MPI's int count", bytes);
+    ECO_CHECK_MPI(MPI_Allgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE,
+                                MPI_COMM_WORLD));
+    bytes_.all_gather += bytes;
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    auto* p = static_cast<char*>(data);
+    for (int64_t off = 0; off < bytes; off += INT_MAX) {
+      const int c = int(std::min<int64_t>(bytes - off, INT_MAX));
+      ECO_CHECK_MPI(MPI_Bcast(p + off, c, MPI_BYTE, root, MPI_COMM_WORLD));
+    }
+    if (rank_ == root) bytes_.broadcast += bytes;
+  }
+  void barrier() override { ECO_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+
+ private:
+  // x (n) = the rank-order sum, in rounds of at most kChunkElems elements per rank-chunk.
+  template <class T>
+  void ordered_sum(T* x, int64_t n, std::vector<T>& recv) {
+    const int w = world_;
+    const size_t ws = static_cast<size_t>(w);
+    for (int64_t off = 0; off < n; off += kChunkElems * w) {
+      const int64_t m = std::min<int64_t>(n - off, kChunkElems * w);
+      T* piece = x + off;
+      // Chunk c of the piece: [c m / w, (c + 1) m / w).
+      std::vector<int> counts(ws), displs(ws);
+      for (int c = 0; c < w; ++c) {
+        const int64_t b = m * c / w, e = m * (c + 1) / w;
+        counts[size_t(c)] = int(e - b);
+        displs[size_t(c)] = int(b);
+      }
+      const int mine = counts[size_t(rank_)];
+      recv.resize(size_t(mine) * ws);
+      std::vector<int> rcounts(ws, mine), rdispls(ws);
+      for (int r = 0; r < w; ++r) rdispls[size_t(r)] = r * mine;
+      ECO_CHECK_MPI(MPI_Alltoallv(piece, counts.data(), displs.data(), mpi_type<T>(), recv.data(),
+                                  rcounts.data(), rdispls.data(), mpi_type<T>(), MPI_COMM_WORLD));
+      T* out = piece + displs[size_t(rank_)];
+      for (int i = 0; i < mine; ++i) {
+        T acc = T(0);
+        for (int r = 0; r < w; ++r) acc += recv[size_t(r) * size_t(mine) + size_t(i)];
+        out[i] = acc;
+      }
+      ECO_CHECK_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type<T>(), piece, counts.data(),
+                                   displs.data(), mpi_type<T>(), MPI_COMM_WORLD));
+      // Sent: every other rank's chunks, then this rank's summed chunk to the w - 1 others.
+      bytes_.all_reduce += int64_t(sizeof(T)) * ((m - mine) + int64_t(mine) * (w - 1));
+    }
+  }
+
+  int rank_ = 0, world_ = 1;
+  std::vector<float> recv_f32_;
+  std::vector<double> recv_f64_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
+  return std::make_unique<MpiCommunicator>(argc, argv);
+}
+
+}  // namespace eco
+
+#else  // no MPI in this build
+
+namespace eco {
+
+std::unique_ptr<Communicator> make_mpi_communicator(int*, char***) {
+  usage_error("this eco-train was built without MPI, but an MPI launcher started it (mpirun / "
+              "srun); install libopenmpi-dev and rebuild (scripts/build.sh), or run it alone");
+}
+
+}  // namespace eco
+
+#endif

@@ -1,0 +1,14 @@
+// The MPI communicator (OpenMPI; src/dist/mpi_communicator.cpp): MPI_Init on construction,
+// MPI_Finalize on destruction, errors returned (not fatal) and raised with MPI's message.
+#pragma once
+#include <memory>
+
+#include "dist/communicator.h"
+
+namespace eco {
+
+// Initialises MPI (thread level FUNNELED: only the main thread calls it) and returns the world
+// communicator. In a build without MPI: an error saying the binary cannot join an MPI job.
+std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv);
+
+}  // namespace eco

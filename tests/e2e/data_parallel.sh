@@ -1,0 +1,92 @@
+# Data parallelism over MPI (issue 14): N ranks of one micro-batch each end with the training
+# state (weights, FP8 codes and scales, m and v) byte-identical to one rank accumulating N
+# micro-batches, under fp32, bf16-mw and fp8-eco-sr (2 ranks) and fp8-eco-sr (4 ranks); a control
+# that must differ (one rank, one micro-batch) shows the comparison can fail. The launch is
+# checked too: a world that does not match parallel.dp, ranks whose configs differ, and a rank
+# killed with SIGKILL (every process gone within 60 s, mpirun non-zero).
+# Skips (77) without mpirun or in a build without MPI.
+source "$(dirname "$0")/lib/common.bash"
+cd "$WORK"
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt-get install openmpi-bin)"; exit 77; }
+CKPT=$(dirname "$ECO_TRAIN")/eco-ckpt
+[ -x "$CKPT" ] || fail "no eco-ckpt beside $ECO_TRAIN"
+MPI=(mpirun --oversubscribe --allow-run-as-root)
+export OMPI_MCA_rmaps_base_oversubscribe=1
+tiny_config >cfg.yaml
+echo "precision: {treatment: fp8-eco-sr}" >>cfg.yaml
+common=(--set train.max_steps=10 --set train.batch_size=2 --set train.sample_tokens=0
+  --set train.log_interval=5 --set train.threads=1)
+
+probe=$("${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" --set parallel.dp=2 --plan 2>&1) || {
+  grep -q "built without MPI" <<<"$probe" && { echo "SKIP: eco-train built without MPI"; exit 77; }
+  echo "$probe"; fail "mpirun -np 2 eco-train --plan failed"; }
+
+# run NAME NP ARGS...: trains into $WORK/NAME with NP ranks (1: no mpirun).
+run() {
+  local name=$1 np=$2
+  shift 2
+  local cmd=("$ECO_TRAIN" cfg.yaml "${common[@]}" --set train.out_dir="$WORK/$name" "$@")
+  [ "$np" -gt 1 ] && cmd=("${MPI[@]}" -np "$np" "${cmd[@]}" --set parallel.dp="$np")
+  "${cmd[@]}" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit $?"; }
+}
+same() {  # same A B: eco-ckpt diff of the two runs' final checkpoints exits 0
+  "$CKPT" diff "$WORK/$1/ckpt_00000010.bin" "$WORK/$2/ckpt_00000010.bin" >"diff_$1_$2.txt" ||
+    { cat "diff_$1_$2.txt"; fail "$1 and $2 differ"; }
+  echo "ok: $1 == $2 ($(tail -1 "diff_$1_$2.txt"))"
+}
+
+for t in fp32 bf16-mw fp8-eco-sr; do
+  run "one_$t" 1 --set precision.treatment="$t" --set train.grad_accum=2
+  run "dp2_$t" 2 --set precision.treatment="$t"
+  same "one_$t" "dp2_$t"
+done
+run one4 1 --set train.grad_accum=4
+run dp4 4
+same one4 dp4
+# The control: one rank, one micro-batch a step, is a different training.
+run control 1
+if "$CKPT" diff "$WORK/control/ckpt_00000010.bin" "$WORK/dp2_fp8-eco-sr/ckpt_00000010.bin" \
+  >diff_control.txt; then
+  fail "the control run equals the 2-rank run: the comparison cannot fail"
+fi
+echo "ok: the control differs ($(tail -1 diff_control.txt))"
+# Only rank 0 writes and prints progress; the log gives the global batch.
+[ "$(grep -c 'rank 1/2.*step' dp2_fp8-eco-sr.log)" = 0 ] || fail "rank 1 printed progress"
+
+# The launch: the world must equal parallel.dp, on every rank, with one line each.
+rc=0
+out=$("${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" 2>&1 >/dev/null) || rc=$?
+[ "$rc" != 0 ] || fail "a world of 2 with parallel.dp 1 trained"
+grep -q "parallel.dp' is 1.*2 processes were started" <<<"$out" || fail "no parallel.dp error: $out"
+echo "ok: world 2 with parallel.dp 1 refused (exit $rc)"
+# Ranks with different configs (MPMD: rank 1 overrides the lr).
+rc=0
+out=$("${MPI[@]}" -np 1 "$ECO_TRAIN" cfg.yaml "${common[@]}" --set parallel.dp=2 \
+  --set train.out_dir="$WORK/mpmd" : -np 1 "$ECO_TRAIN" cfg.yaml "${common[@]}" \
+  --set parallel.dp=2 --set train.out_dir="$WORK/mpmd" --set optim.lr=1e-3 2>&1 >/dev/null) || rc=$?
+[ "$rc" != 0 ] || fail "ranks with different configs trained"
+grep -q "resolved config of rank(s) 1 differs from rank 0" <<<"$out" || fail "no mismatch error: $out"
+echo "ok: a config differing between ranks refused (exit $rc)"
+
+# A rank killed with SIGKILL: every process ends within 60 s and mpirun reports failure.
+"${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" --set parallel.dp=2 \
+  --set train.max_steps=1000000 --set train.log_interval=1000 --set train.out_dir="$WORK/killed" \
+  >killed.log 2>&1 &
+launcher=$!
+victim=""
+for _ in $(seq 100); do
+  victim=$(pgrep -f "eco-train cfg.yaml.*$WORK/killed" | sort -n | tail -1 || true)
+  [ -n "$victim" ] && grep -q "step " killed.log 2>/dev/null && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { cat killed.log; fail "no rank to kill"; }
+kill -9 "$victim"
+start=$(date +%s)
+rc=0
+timeout 60 bash -c "wait $launcher" 2>/dev/null || true
+while kill -0 "$launcher" 2>/dev/null && [ $(( $(date +%s) - start )) -lt 60 ]; do sleep 0.2; done
+kill -0 "$launcher" 2>/dev/null && { kill -9 "$launcher"; fail "mpirun still running 60 s after a rank was killed"; }
+wait "$launcher" || rc=$?
+[ "$rc" != 0 ] || fail "mpirun exited 0 after a rank was killed"
+pgrep -f "eco-train cfg.yaml.*$WORK/killed" >/dev/null && fail "a rank outlived the killed one"
+echo "ok: a killed rank ended the run in $(( $(date +%s) - start )) s (mpirun exit $rc)"

@@ -1,0 +1,112 @@
+// The MPI communicator (src/dist/mpi_communicator.cpp) under mpirun -np 2 and -np 4 (ctest
+// mpi.np2 / mpi.np4): every rank runs every test, and a failure on any rank fails the job.
+//  - all_reduce_sum is the rank-order fold ((0 + x_0) + x_1) + ... bit for bit on every rank,
+//    with values whose sum depends on the order (3 ranks or more: another order would fail), for
+//    sizes that do not divide by the world; doubles too; int64 sums and maxima exact;
+//  - all_gather in rank order, broadcast from a non-zero root;
+//  - the byte counters: an all-reduce of n floats sends 2 n (w - 1) floats over all ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/mpi_communicator.h"
+
+namespace {
+
+eco::Communicator* comm = nullptr;
+
+// Rank r's element i: large and small magnitudes of both signs, so that the sum's rounding
+// depends on the order of the additions.
+template <class T>
+T value(int r, int64_t i) {
+  const double big = (r + i) % 3 == 0 ? 1e8 : (r + i) % 3 == 1 ? -1e8 : 1.0;
+  return T(big * (1 + 0.001 * r) + 0.37 * double(i % 11) + 1e-3 * r);
+}
+
+template <class T>
+void check_ordered_sum() {
+  const int w = comm->world();
+  for (int64_t n : {int64_t(1), int64_t(5), int64_t(1001)}) {
+    std::vector<T> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = value<T>(comm->rank(), i);
+    comm->all_reduce_sum(x.data(), n);
+    int64_t order_matters = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      T fold = T(0), reversed = T(0);
+      for (int r = 0; r < w; ++r) fold += value<T>(r, i);
+      for (int r = w - 1; r >= 0; --r) reversed += value<T>(r, i);
+      order_matters += fold != reversed;
+      ASSERT_EQ(std::memcmp(&x[size_t(i)], &fold, sizeof(T)), 0)
+          << "n " << n << " element " << i << ": " << x[size_t(i)] << " vs the rank-order fold "
+          << fold;
+    }
+    // (Two terms commute: with 2 ranks every order gives the fold's bits.)
+    if (n == 1001 && w > 2) {
+      EXPECT_GT(order_matters, 0) << "the values do not tell the orders apart";
+    }
+  }
+}
+
+TEST(MpiCommunicator, AllReduceSumOfFloatsIsTheRankOrderFold) { check_ordered_sum<float>(); }
+TEST(MpiCommunicator, AllReduceSumOfDoublesIsTheRankOrderFold) { check_ordered_sum<double>(); }
+
+TEST(MpiCommunicator, IntegerSumsAndMaximaAreExact) {
+  const int w = comm->world(), r = comm->rank();
+  int64_t s[2] = {int64_t(r) + 1, (int64_t(1) << 40) * r};
+  comm->all_reduce_sum(s, 2);
+  EXPECT_EQ(s[0], int64_t(w) * (w + 1) / 2);
+  EXPECT_EQ(s[1], (int64_t(1) << 40) * (int64_t(w) * (w - 1) / 2));
+  double m[2] = {double(r), -double(r)};
+  comm->all_reduce_max(m, 2);
+  EXPECT_EQ(m[0], double(w - 1));
+  EXPECT_EQ(m[1], 0.0);
+}
+
+TEST(MpiCommunicator, AllGatherIsInRankOrderAndBroadcastReachesEveryRank) {
+  const int w = comm->world(), r = comm->rank();
+  const int32_t mine[2] = {r, 100 + r};
+  std::vector<int32_t> all(2 * size_t(w), -1);
+  comm->all_gather(all.data(), mine, sizeof mine);
+  for (int q = 0; q < w; ++q) {
+    EXPECT_EQ(all[2 * size_t(q)], q);
+    EXPECT_EQ(all[2 * size_t(q) + 1], 100 + q);
+  }
+  const int root = w - 1;
+  char text[16] = {};
+  if (r == root) std::strcpy(text, "from the root");
+  comm->broadcast(text, sizeof text, root);
+  EXPECT_STREQ(text, "from the root");
+}
+
+TEST(MpiCommunicator, CountsTheBytesItSends) {
+  const int w = comm->world();
+  const int64_t n = 999;
+  const int64_t before = comm->bytes_sent().all_reduce;
+  std::vector<float> x(static_cast<size_t>(n), 1.0f);
+  comm->all_reduce_sum(x.data(), n);
+  int64_t sent = comm->bytes_sent().all_reduce - before;
+  comm->all_reduce_sum(&sent, 1);  // over all ranks
+  EXPECT_EQ(sent, 2 * n * (w - 1) * int64_t(sizeof(float)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::unique_ptr<eco::Communicator> c = eco::make_mpi_communicator(&argc, &argv);
+  comm = c.get();
+  // Only rank 0 prints GoogleTest's report; every rank's failures reach the exit code.
+  if (comm->rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int failed = RUN_ALL_TESTS();
+  int64_t any = failed ? 1 : 0;
+  comm->all_reduce_sum(&any, 1);
+  return any ? 1 : 0;
+}
