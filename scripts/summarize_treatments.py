@@ -40,13 +40,21 @@ def load(run_dir):
     return s, val, train
 
 
+COLORS = [plt.get_cmap("tab10")(i) for i in range(10)] + ["black", "gold", "navy", "magenta"]
+
+
+def color_of(t):
+    """The same colour for a treatment in every plot: its place in ORDER (distinct for all 14)."""
+    return COLORS[(ORDER.index(t) if t in ORDER else len(ORDER)) % len(COLORS)]
+
+
 def memory_vs_loss(rows, key, xlabel, title, path):
     """Final val loss against a memory figure, one labelled point per treatment."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for r in rows:
         if r["final_val_loss"] is None or r[key] is None:
             continue
-        ax.scatter(r[key], r["final_val_loss"], s=25)
+        ax.scatter(r[key], r["final_val_loss"], s=25, color=color_of(r["treatment"]))
         ax.annotate(r["treatment"], (r[key], r["final_val_loss"]), fontsize=7, xytext=(3, 3),
                     textcoords="offset points")
     ax.set_xlabel(xlabel, fontsize=8); ax.set_ylabel("final val loss")
@@ -106,7 +114,7 @@ def main():
     for t in found:
         val = data[t][1]
         if val:
-            ax.plot(*zip(*val), marker="o", ms=2, lw=1.2, label=t)
+            ax.plot(*zip(*val), marker="o", ms=2, lw=1.2, label=t, color=color_of(t))
     ax.set_xlabel("step"); ax.set_ylabel("val loss (nats/token)"); ax.grid(alpha=0.3)
     finals = [r["final_val_loss"] for r in rows if r["final_val_loss"] is not None and not r["diverged"]]
     if finals:
@@ -128,7 +136,7 @@ def main():
                 continue
             pts = [(s, v - base_val[s]) for s, v in data[t][1] if s in base_val]
             if pts:
-                ax.plot(*zip(*pts), marker="o", ms=2, lw=1.2, label=t)
+                ax.plot(*zip(*pts), marker="o", ms=2, lw=1.2, label=t, color=color_of(t))
         ax.axhline(0, c="gray", lw=1)
         ax.set_xlabel("step"); ax.set_ylabel("val loss - bf16-mw val loss"); ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2); ax.set_title("gap to bf16-mw over training")
