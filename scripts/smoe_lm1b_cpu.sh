@@ -14,5 +14,5 @@ scripts/treatments.sh configs/smoe-lm1b-cpu.yaml bf16-mw fp8-mw-rtn fp8-naive-rt
   fp8-eco-rtn fp8-eco-sr -- "$@"
 for t in bf16-mw fp8-eco-sr; do
   python3 scripts/plot_moe_load.py runs/smoe-lm1b-cpu/$t --out results/smoe-lm1b-cpu/moe_load_$t.png \
-    --title "smoe-lm1b-cpu, $t: expert load over training (4 MoE layers, 8 experts, top-2)"
+    --title "smoe-lm1b-cpu $t: expert load (4 layers x 8 experts, top-2)"
 done
