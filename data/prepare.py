@@ -2,10 +2,13 @@
 """Text -> train/val token shards in llm.c's format, plus the decode table eco-train prints with.
 
   python data/prepare.py --input FILE --out DIR --tokenizer {bytes,bpe,gpt2}
-                         [--vocab-size N (bpe)] [--val-fraction 0.1] [--shard-tokens 100000000]
+                         [--vocab-size N (bpe)] [--val-fraction 0.1 | --val-input FILE]
+                         [--shard-tokens 100000000]
 
 Split: the first (1 - f) of the text (in characters) is train, the last f is val; each part is
-tokenized on its own. The BPE tokenizer is trained on the train part only, so val stays unseen.
+tokenized on its own. With --val-input the whole of --input is train and the whole of that file
+is val (corpora that ship their own heldout split, e.g. LM1B). The BPE tokenizer is trained on
+the train part only, so val stays unseen.
 
 Writes to DIR:
   train_000000.bin ...  val_000000.bin ...   256 x int32 header (magic 20240520, version, count),
@@ -180,11 +183,14 @@ def split_shards(tokens, shard_tokens):
 # ---- idempotence -----------------------------------------------------------------------------
 
 
-def request_of(args, source):
+def request_of(args, source, val_source):
     """The arguments that decide the output; a re-run with the same request may skip work."""
-    return {"source": source, "source_bytes": os.path.getsize(source), "tokenizer": args.tokenizer,
-            "requested_vocab_size": args.vocab_size, "val_fraction": args.val_fraction,
-            "shard_tokens": args.shard_tokens}
+    request = {"source": source, "source_bytes": os.path.getsize(source), "tokenizer": args.tokenizer,
+               "requested_vocab_size": args.vocab_size, "val_fraction": args.val_fraction,
+               "shard_tokens": args.shard_tokens}
+    if val_source is not None:  # absent otherwise, so earlier outputs stay up to date
+        request.update(val_source=val_source, val_source_bytes=os.path.getsize(val_source))
+    return request
 
 
 def up_to_date(out_dir, request):
@@ -203,7 +209,7 @@ def up_to_date(out_dir, request):
         if present != shards:
             return None
         files += shards
-    source_mtime = os.path.getmtime(request["source"])
+    source_mtime = max(os.path.getmtime(request[k]) for k in ("source", "val_source") if k in request)
     for name in files:
         path = os.path.join(out_dir, name)
         if not os.path.isfile(path) or os.path.getmtime(path) < source_mtime:
@@ -222,13 +228,29 @@ def summary(out_dir, split, info, version, seconds=None):
 # ---- main ------------------------------------------------------------------------------------
 
 
+def read_text(path, given, tokenizer):
+    with open(path, "rb") as f:
+        raw = f.read()
+    # surrogateescape keeps any invalid UTF-8 byte, so the bytes tokenizer sees the file exactly.
+    text = raw.decode("utf-8", "surrogateescape")
+    if tokenizer != "bytes":
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = len(text[:e.start].encode("utf-8", "surrogateescape"))
+            fail(f"{given}: not valid UTF-8 at byte {bad}; --tokenizer {tokenizer} needs "
+                 "UTF-8 text (--tokenizer bytes accepts any bytes)")
+    return text
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--input", required=True, help="UTF-8 text file")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--tokenizer", required=True, choices=["bytes", "bpe", "gpt2"])
     p.add_argument("--vocab-size", type=int, help="vocabulary size to train (bpe, >= 256)")
-    p.add_argument("--val-fraction", type=float, default=0.1, help="last fraction of the text for val")
+    p.add_argument("--val-fraction", type=float, help="last fraction of the text for val (default 0.1)")
+    p.add_argument("--val-input", help="UTF-8 text file that is the whole val split (--input is all train)")
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="max tokens per shard")
     p.add_argument("--force", action="store_true", help="rebuild even if the outputs are up to date")
     args = p.parse_args()
@@ -240,18 +262,28 @@ def main():
         fixed = {"bytes": 256, "gpt2": 50257}[args.tokenizer]
         if args.vocab_size != fixed:
             p.error(f"--vocab-size {args.vocab_size}: --tokenizer {args.tokenizer} has a fixed vocab of {fixed}")
+    if args.val_input is not None:
+        if args.val_fraction is not None:
+            p.error("--val-input and --val-fraction exclude each other (--val-input is the whole val split)")
+        args.val_fraction = 0.0
+    elif args.val_fraction is None:
+        args.val_fraction = 0.1
     if not 0.0 <= args.val_fraction < 1.0:
         p.error(f"--val-fraction {args.val_fraction} must be in [0, 1)")
     if not 1 <= args.shard_tokens <= 2**31 - 1:
         p.error(f"--shard-tokens {args.shard_tokens} must be in [1, 2^31 - 1] (int32 header count)")
 
     source = os.path.abspath(args.input)
-    if not os.path.exists(source):
-        fail(f"input file not found: {args.input}")
-    if not os.path.isfile(source):
-        fail(f"input is not a regular file: {args.input}")
+    val_source = os.path.abspath(args.val_input) if args.val_input is not None else None
+    for given, path in ((args.input, source), (args.val_input, val_source)):
+        if path is None:
+            continue
+        if not os.path.exists(path):
+            fail(f"input file not found: {given}")
+        if not os.path.isfile(path):
+            fail(f"input is not a regular file: {given}")
     out_dir = args.out
-    request = request_of(args, source)
+    request = request_of(args, source, val_source)
 
     meta = None if args.force else up_to_date(out_dir, request)
     if meta is not None:
@@ -260,20 +292,12 @@ def main():
         return
 
     t_start = time.time()
-    with open(source, "rb") as f:
-        raw = f.read()
-    # surrogateescape keeps any invalid UTF-8 byte, so the bytes tokenizer sees the file exactly.
-    text = raw.decode("utf-8", "surrogateescape")
-    if args.tokenizer != "bytes":
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            bad = len(text[:e.start].encode("utf-8", "surrogateescape"))
-            fail(f"{args.input}: not valid UTF-8 at byte {bad}; --tokenizer {args.tokenizer} needs "
-                 "UTF-8 text (--tokenizer bytes accepts any bytes)")
+    text = read_text(source, args.input, args.tokenizer)
     n_val = int(round(len(text) * args.val_fraction))
     parts = {"train": text[:len(text) - n_val], "val": text[len(text) - n_val:]}
-    if args.val_fraction == 0.0:
+    if val_source is not None:
+        parts["val"] = read_text(val_source, args.val_input, args.tokenizer)
+    elif args.val_fraction == 0.0:
         del parts["val"]
 
     t0 = time.time()
@@ -293,7 +317,8 @@ def main():
             os.remove(stale)
     version = 1 if tok.vocab_size <= 65535 else 2
     meta = {"format": META_FORMAT, "request": request, "tokenizer": tok.name, "vocab_size": tok.vocab_size,
-            "source": source, "val_fraction": args.val_fraction, "token_version": version, "splits": {}}
+            "source": source, "val_source": val_source, "val_fraction": args.val_fraction,
+            "token_version": version, "splits": {}}
     if args.tokenizer == "bpe":
         meta["bpe_trained_on"] = "train split"
     lines = []

@@ -2,9 +2,12 @@
 """Summarise a treatments sweep: runs/<name>/<treatment>/ -> results/<name>/.
 
 Writes summary.csv and summary.md (final val loss, delta to bf16-mw, static bytes per quantized
-parameter, tokens/s, diverged), loss_curves.png (val loss of every treatment), memory_vs_loss.png
-(the paper's Figure 1: static memory per quantized parameter vs final val loss) and
-gap_to_bf16.png (val loss minus bf16-mw's at the same step, over training).
+parameter, the whole model's static MiB, tokens/s, diverged), loss_curves.png (val loss of every
+treatment), memory_vs_loss.png (the paper's Figure 1: static memory per quantized parameter vs
+final val loss), memory_vs_loss_model.png (the same against the whole model's static bytes:
+weights, codes, scales, masters and optimizer state, as the ledger and `eco-train --plan` count
+them; where only some parameters are quantized, e.g. an MoE's experts, this is what a user saves)
+and gap_to_bf16.png (val loss minus bf16-mw's at the same step, over training).
 
     python3 scripts/summarize_treatments.py runs/NAME --out results/NAME
 """
@@ -37,6 +40,28 @@ def load(run_dir):
     return s, val, train
 
 
+COLORS = [plt.get_cmap("tab10")(i) for i in range(10)] + ["black", "gold", "navy", "magenta"]
+
+
+def color_of(t):
+    """The same colour for a treatment in every plot: its place in ORDER (distinct for all 14)."""
+    return COLORS[(ORDER.index(t) if t in ORDER else len(ORDER)) % len(COLORS)]
+
+
+def memory_vs_loss(rows, key, xlabel, title, path):
+    """Final val loss against a memory figure, one labelled point per treatment."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for r in rows:
+        if r["final_val_loss"] is None or r[key] is None:
+            continue
+        ax.scatter(r[key], r["final_val_loss"], s=25, color=color_of(r["treatment"]))
+        ax.annotate(r["treatment"], (r[key], r["final_val_loss"]), fontsize=7, xytext=(3, 3),
+                    textcoords="offset points")
+    ax.set_xlabel(xlabel, fontsize=8); ax.set_ylabel("final val loss")
+    ax.set_title(title); ax.grid(alpha=0.3)
+    fig.tight_layout(); fig.savefig(path, dpi=120); plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("runs")
@@ -61,6 +86,7 @@ def main():
             "final_val_loss": loss,
             "delta_vs_bf16_mw": (loss - base_loss) if (loss is not None and base_loss is not None) else None,
             "static_bytes_per_quantized_param": mem.get("static_bytes_per_quantized_param"),
+            "static_mib": mem["static"] / 2**20 if "static" in mem else None,
             "tokens_per_s": s.get("tokens_per_s"),
             "steps": s.get("steps"),
             "diverged": bool(s.get("diverged")),
@@ -73,11 +99,13 @@ def main():
     def fmt(v, spec):
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
-    md = ["| treatment | final val loss | vs bf16-mw | static B / quantized param | tokens/s | steps | diverged |",
-          "|---|---|---|---|---|---|---|"]
+    md = ["| treatment | final val loss | vs bf16-mw | static B / quantized param | static MiB (model) | tokens/s "
+          "| steps | diverged |",
+          "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['treatment']} | {fmt(r['final_val_loss'], '.4f')} | {fmt(r['delta_vs_bf16_mw'], '+.4f')} | "
-                  f"{fmt(r['static_bytes_per_quantized_param'], '.2f')} | {fmt(r['tokens_per_s'], '.0f')} | "
+                  f"{fmt(r['static_bytes_per_quantized_param'], '.2f')} | {fmt(r['static_mib'], '.2f')} | "
+                  f"{fmt(r['tokens_per_s'], '.0f')} | "
                   f"{r['steps']} | {'yes' if r['diverged'] else 'no'} |")
     open(os.path.join(args.out, "summary.md"), "w").write("\n".join(md) + "\n")
     print("\n".join(md))
@@ -86,7 +114,7 @@ def main():
     for t in found:
         val = data[t][1]
         if val:
-            ax.plot(*zip(*val), marker="o", ms=2, lw=1.2, label=t)
+            ax.plot(*zip(*val), marker="o", ms=2, lw=1.2, label=t, color=color_of(t))
     ax.set_xlabel("step"); ax.set_ylabel("val loss (nats/token)"); ax.grid(alpha=0.3)
     finals = [r["final_val_loss"] for r in rows if r["final_val_loss"] is not None and not r["diverged"]]
     if finals:
@@ -95,16 +123,11 @@ def main():
     ax.legend(fontsize=7, ncol=2); ax.set_title(os.path.basename(os.path.normpath(args.runs)) + ": val loss")
     fig.tight_layout(); fig.savefig(os.path.join(args.out, "loss_curves.png"), dpi=120); plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for r in rows:
-        if r["final_val_loss"] is None or r["static_bytes_per_quantized_param"] is None:
-            continue
-        ax.scatter(r["static_bytes_per_quantized_param"], r["final_val_loss"], s=25)
-        ax.annotate(r["treatment"], (r["static_bytes_per_quantized_param"], r["final_val_loss"]),
-                    fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("static bytes per quantized parameter"); ax.set_ylabel("final val loss")
-    ax.set_title("memory vs quality"); ax.grid(alpha=0.3)
-    fig.tight_layout(); fig.savefig(os.path.join(args.out, "memory_vs_loss.png"), dpi=120); plt.close(fig)
+    memory_vs_loss(rows, "static_bytes_per_quantized_param", "static bytes per quantized parameter",
+                   "memory vs quality", os.path.join(args.out, "memory_vs_loss.png"))
+    memory_vs_loss(rows, "static_mib", "static MiB of the whole model (weights, codes, scales, masters, "
+                   "optimizer state)", "memory vs quality, whole model",
+                   os.path.join(args.out, "memory_vs_loss_model.png"))
 
     if base_val:
         fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -113,7 +136,7 @@ def main():
                 continue
             pts = [(s, v - base_val[s]) for s, v in data[t][1] if s in base_val]
             if pts:
-                ax.plot(*zip(*pts), marker="o", ms=2, lw=1.2, label=t)
+                ax.plot(*zip(*pts), marker="o", ms=2, lw=1.2, label=t, color=color_of(t))
         ax.axhline(0, c="gray", lw=1)
         ax.set_xlabel("step"); ax.set_ylabel("val loss - bf16-mw val loss"); ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2); ax.set_title("gap to bf16-mw over training")

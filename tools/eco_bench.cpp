@@ -78,9 +78,9 @@ int run(int argc, char** argv) {
   for (auto& t : tgt) t = int32_t(rng.next_u64() % uint64_t(m.vocab_size));
 
   std::printf("eco-bench: %s  (%s, %d layers, d %d, %d heads, vocab %d, B %d, T %d, %lld params, "
-              "%s backend, %s, %d threads)\n",
+              "%lld active, %s backend, %s, %d threads)\n",
               path.c_str(), eco::enum_name(m.family), m.n_layer, m.d_model, m.n_head, m.vocab_size, B, T,
-              (long long)model.table().total, be->name().c_str(),
+              (long long)model.table().total, (long long)model.table().active, be->name().c_str(),
               cfg.precision.treatment.name.c_str(), omp_get_max_threads());
   if (cfg.device != eco::Device::Cuda) std::printf("BLAS: %s\n", eco::cpu::blas_summary_line().c_str());
   std::vector<double> ms;
@@ -96,9 +96,10 @@ int run(int argc, char** argv) {
   }
   const double med = median(ms);
   const double tokens = double(B) * T;
-  // Training FLOPs: 6 per parameter per token (forward + backward) for the matmul weights,
-  // plus attention's QK^T and att@V: 6 * 2 * B * NH * T * T * hs / 2 (causal half ignored).
-  const double matmul_params = double(model.table().total);
+  // Training FLOPs: 6 per parameter per token (forward + backward) for the matmul weights a
+  // token passes through (an MoE's top_k experts, not all of them), plus attention's QK^T and
+  // att@V: 6 * 2 * B * NH * T * T * hs / 2 (causal half ignored).
+  const double matmul_params = double(model.table().active);
   const double flops = 6.0 * matmul_params * tokens + 12.0 * m.n_layer * B * double(T) * T * m.d_model;
   const double achieved = flops / (med / 1000.0) / 1e9;
   std::printf("\n%-34s %12s\n", "metric", "value");
