@@ -431,7 +431,7 @@ std::vector<std::string> trajectory_keys(const Config& c) {
       "data.shuffle",       "optim.lr",           "optim.beta1",        "optim.beta2",
       "optim.eps",          "optim.weight_decay", "optim.grad_clip",    "optim.warmup_steps",
       "optim.warmup_frac",  "optim.schedule",     "optim.final_lr_frac", "train.batch_size",
-      "train.grad_accum",   "train.seed",         "parallel.dp"};
+      "train.seed"};
   // The run's length shapes the lr schedule unless it is constant without a warmup fraction.
   if (c.optim.schedule != LrSchedule::Constant || c.optim.warmup_frac > 0) {
     keys.push_back("train.max_steps");
@@ -470,6 +470,21 @@ std::vector<std::string> trajectory_differences(const std::string& saved_yaml, c
     if (was != is)
       out.push_back(fmt::format("{}: {} in the checkpoint, {} now", key, shown(was), shown(is)));
   }
+  // The micro-batches of a step: data-parallel ranks x accumulation on each. Any split of the
+  // same number continues the same training (the ranks read the windows one rank accumulating
+  // them would, and the gradient fold is the same), so a run may resume at another world size.
+  const auto micro_batches = [&](const YAML::Node& root) -> std::pair<int64_t, std::string> {
+    const std::string dp = value(root, "parallel.dp"), accum = value(root, "train.grad_accum");
+    const int64_t d = dp == "(absent)" ? 1 : std::stoll(dp);
+    const int64_t a = accum == "(absent)" ? 1 : std::stoll(accum);
+    return {d * a, fmt::format("{} x {} = {}", d, a, d * a)};
+  };
+  const auto [was_n, was_text] = micro_batches(saved);
+  const auto [is_n, is_text] = micro_batches(now);
+  if (was_n != is_n)
+    out.push_back(fmt::format("parallel.dp x train.grad_accum (micro-batches a step): {} in the "
+                              "checkpoint, {} now",
+                              was_text, is_text));
   return out;
 }
 

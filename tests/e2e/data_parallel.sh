@@ -1,7 +1,8 @@
 # Data parallelism over MPI (issue 14): N ranks of one micro-batch each end with the training
 # state (weights, FP8 codes and scales, m and v) byte-identical to one rank accumulating N
 # micro-batches, under fp32, bf16-mw and fp8-eco-sr (2 ranks) and fp8-eco-sr (4 ranks); a control
-# that must differ (one rank, one micro-batch) shows the comparison can fail. The launch is
+# that must differ (one rank, one micro-batch) shows the comparison can fail. A run resumes at
+# another world size (2 ranks -> 1 rank accumulating 2, and back) byte for byte. The launch is
 # checked too: a world that does not match parallel.dp, ranks whose configs differ, and a rank
 # killed with SIGKILL (every process gone within 60 s, mpirun non-zero).
 # Skips (77) without mpirun or in a build without MPI.
@@ -50,6 +51,27 @@ if "$CKPT" diff "$WORK/control/ckpt_00000010.bin" "$WORK/dp2_fp8-eco-sr/ckpt_000
   fail "the control run equals the 2-rank run: the comparison cannot fail"
 fi
 echo "ok: the control differs ($(tail -1 diff_control.txt))"
+# Resume at another world size: the 2-rank run's step-5 checkpoint continued by one rank
+# accumulating 2 micro-batches, and one rank's continued by 2 ranks, end byte-identical to the
+# uninterrupted runs (the same micro-batches a step; dp x grad_accum must stay the same).
+run ckpt5_dp2 2 --set train.checkpoint_interval=5 --set train.keep_checkpoints=5
+run ckpt5_one 1 --set train.checkpoint_interval=5 --set train.keep_checkpoints=5 --set train.grad_accum=2
+mkdir -p "$WORK/to_one" "$WORK/to_dp2"
+cp "$WORK/ckpt5_dp2/ckpt_00000005.bin" "$WORK/to_one/"
+cp "$WORK/ckpt5_one/ckpt_00000005.bin" "$WORK/to_dp2/"
+run to_one 1 --set train.grad_accum=2 --resume
+run to_dp2 2 --resume
+grep -q "resumed from .*ckpt_00000005.bin at step 5" to_one.log || fail "2 -> 1 did not resume at step 5"
+same to_one dp2_fp8-eco-sr
+same to_dp2 dp2_fp8-eco-sr
+# Another number of micro-batches a step is another training: refused, naming both keys.
+rc=0
+out=$("$ECO_TRAIN" cfg.yaml "${common[@]}" --set train.out_dir="$WORK/to_dp2" --resume 2>&1 >/dev/null) || rc=$?
+[ "$rc" = 2 ] || fail "resuming 2 micro-batches a step with 1: exit $rc ($out)"
+grep -q "parallel.dp x train.grad_accum (micro-batches a step): 2 x 1 = 2 in the checkpoint, 1 x 1 = 1 now" <<<"$out" ||
+  fail "no micro-batch mismatch error: $out"
+echo "ok: resumed 2 ranks -> 1 and 1 -> 2 byte for byte; 2 micro-batches -> 1 refused"
+
 # Only rank 0 writes and prints progress; the log gives the global batch.
 [ "$(grep -c 'rank 1/2.*step' dp2_fp8-eco-sr.log)" = 0 ] || fail "rank 1 printed progress"
 

@@ -437,10 +437,18 @@ TEST(ConfigParallel, RefusesWhatIsNotBuiltOrOutOfRange) {
   expect_config_error(base_yaml("parallel: {tp: 2}\n"), {kOrigin, "parallel.tp"});
 }
 
-// A data-parallel run resumed with another dp would change the global batch: refused by name.
-TEST(ConfigParallel, DpIsATrajectoryKey) {
-  const Config four = parse(base_yaml("parallel: {dp: 4}\n"));
-  const auto diffs = eco::trajectory_differences(eco::to_yaml(four), parse(base_yaml()));
+// A run resumes at another world size when the micro-batches of a step (dp x grad_accum) stay
+// the same; otherwise the global batch would change, and that is refused by name.
+TEST(ConfigParallel, ResumesAtAnotherWorldSizeWithTheSameMicroBatches) {
+  const Config dp4 = parse(base_yaml("parallel: {dp: 4}\n"));
+  const Config accum4 = parse(base_yaml(), {"train.grad_accum=4"});
+  const Config dp2x2 = parse(base_yaml("parallel: {dp: 2}\n"), {"train.grad_accum=2"});
+  EXPECT_TRUE(eco::trajectory_differences(eco::to_yaml(dp4), accum4).empty());
+  EXPECT_TRUE(eco::trajectory_differences(eco::to_yaml(accum4), dp2x2).empty());
+  const auto diffs = eco::trajectory_differences(eco::to_yaml(dp4), parse(base_yaml()));
   ASSERT_EQ(diffs.size(), 1u);
-  EXPECT_NE(diffs[0].find("parallel.dp: 4 in the checkpoint"), std::string::npos) << diffs[0];
+  EXPECT_NE(diffs[0].find("parallel.dp x train.grad_accum (micro-batches a step): 4 x 1 = 4 in "
+                          "the checkpoint, 1 x 1 = 1 now"),
+            std::string::npos)
+      << diffs[0];
 }
