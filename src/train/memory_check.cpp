@@ -36,6 +36,12 @@ std::string MemoryFit::describe() const {
   return fmt::format("the plan needs {}; {} available ({})", gib(needed), gib(available), source);
 }
 
+Tensor alloc_trainer_buffers(Backend& be, const Config& cfg, const Transformer& model) {
+  if (cfg.train.grad_accum == 1) return Tensor{};
+  return be.alloc("gradient accumulator", model.grads().shape, model.grads().dtype,
+                  MemCategory::Grads);
+}
+
 MemoryFit memory_fit(const Config& cfg) {
   // The planning backend records every allocation without making it.
   auto be = make_planning_backend(cfg.device);
@@ -43,6 +49,7 @@ MemoryFit memory_fit(const Config& cfg) {
     Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
                       cfg.precision.quantize);
     Optimizer opt(cfg.optim, model);
+    alloc_trainer_buffers(*be, cfg, model);
   }
   MemoryFit fit;
   fit.needed = be->ledger().total();

@@ -9,6 +9,7 @@
 #include "model/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
+#include "train/memory_check.h"
 
 namespace eco {
 
@@ -45,6 +46,7 @@ std::string plan_report(const Config& cfg) {
   Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
                     cfg.precision.quantize);
   Optimizer opt(cfg.optim, model);
+  alloc_trainer_buffers(*be, cfg, model);
   const auto& ledger = be->ledger();
   const int64_t q = model.store().count_in_scope();
   std::string s = model.table().describe() + "\n" + ledger.table();
@@ -76,6 +78,19 @@ std::string plan_report(const Config& cfg) {
     line("  expert", split.expert);
     line("  router", split.router);
     line("  dense", split.dense);
+  }
+  const ParallelConfig& par = cfg.parallel;
+  if (par.world() > 1) {
+    // Each rank holds everything above (zero 0); the gradient all-reduce (a reduce-scatter of
+    // rank-ordered chunks, then an all-gather) sends 2 (w - 1) / w of the fp32 gradients.
+    const double w = par.world();
+    const double grad_bytes = double(model.table().total) * double(dtype_size(be->dtype()));
+    s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero {}; the table above is per rank\n",
+                     par.dp, par.ep, par.world(), par.zero);
+    s += fmt::format("collectives per step and rank: gradient all-reduce sends {:.1f} MiB "
+                     "({:.2f} bytes per parameter)\n",
+                     grad_bytes * 2 * (w - 1) / w / 1048576.0,
+                     grad_bytes * 2 * (w - 1) / w / double(model.table().total));
   }
   for (const std::string& note : be->plan_notes()) s += note + "\n";
   return s;

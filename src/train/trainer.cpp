@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -73,9 +74,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   const size_t batch_tokens = size_t(cfg_.train.batch_size) * cfg_.model.seq_len;
   inputs_.resize(batch_tokens);
   targets_.resize(batch_tokens);
-  if (cfg_.train.grad_accum > 1)
-    grad_acc_ = backend_->alloc("gradient accumulator", model_->grads().shape,
-                                model_->grads().dtype, MemCategory::Grads);
+  grad_acc_ = alloc_trainer_buffers(*backend_, cfg_, *model_);
 }
 
 Trainer::~Trainer() = default;
@@ -368,6 +367,19 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
   const auto floor = train_data_->entropy_floor_nats();
   if (floor) summary["entropy_floor"] = *floor;
   if (!p.moe.is_null()) summary["moe"] = p.moe;
+  if (comm_->world() > 1) {  // rank 0's traffic (every rank sends the same amounts)
+    const CommBytes& b = comm_->bytes_sent();
+    const int64_t steps = std::max<int64_t>(p.step - p.start, 1);
+    summary["parallel"] = {
+        {"communicator", comm_->name()},
+        {"world", comm_->world()},
+        {"dp", cfg_.parallel.dp},
+        {"bytes_sent", {{"all_reduce", b.all_reduce}, {"all_gather", b.all_gather},
+                        {"broadcast", b.broadcast}, {"total", b.total()}}},
+        {"bytes_sent_per_step", double(b.total()) / double(steps)},
+        {"bytes_sent_per_param_per_step",
+         double(b.total()) / double(steps) / double(model_->table().total)}};
+  }
   if (nlohmann::json prof = profile.finish(log_); !prof.is_null()) summary["profile"] = prof;
   run_dir_.write_summary(summary);
   if (floor && std::isfinite(p.val_loss))
