@@ -26,6 +26,10 @@ class Mlp {
   // Called once after every optimizer step (the MoE sigmoid_bias router updates its selection
   // bias from the step's expert loads here).
   virtual void after_optimizer_step(const ModelContext& /*ctx*/) {}
+  // The step's per-expert loads that after_optimizer_step reads (summed over the step's
+  // micro-batches), so that data-parallel ranks can sum them over the ranks first; null when the
+  // MLP keeps none.
+  virtual std::vector<int64_t>* step_loads() { return nullptr; }
   // The router's figures of the last forward (MoE layers), else null.
   struct MoeStats {
     std::vector<int64_t> routed;  // (E) slots routed to each expert

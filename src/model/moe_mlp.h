@@ -24,6 +24,7 @@ class MoeMlp : public Mlp {
   // sigmoid_bias: b_i += rate * sign(mean load - load_i) from the step's loads, then b centred
   // on zero (torchtitan); the other routers have nothing to do.
   void after_optimizer_step(const ModelContext& ctx) override;
+  std::vector<int64_t>* step_loads() override { return &step_routed_; }
   const MoeStats* moe_stats() const override { return &stats_; }
 
  private:

@@ -171,6 +171,13 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   return l;
 }
 
+std::vector<std::vector<int64_t>*> Transformer::step_loads() {
+  std::vector<std::vector<int64_t>*> out;
+  for (auto& b : blocks_)
+    if (std::vector<int64_t>* l = b->mlp().step_loads()) out.push_back(l);
+  return out;
+}
+
 void Transformer::after_optimizer_step() {
   for (auto& b : blocks_) b->mlp().after_optimizer_step(ctx_);
 }

@@ -55,6 +55,8 @@ class Transformer {
   int64_t logits_stride() const { return logits_ld_; }
   // After every optimizer step (the MoE sigmoid_bias router's selection-bias update).
   void after_optimizer_step();
+  // Every MoE layer's step loads (Mlp::step_loads), in layer order.
+  std::vector<std::vector<int64_t>*> step_loads();
   // The MoE layers' router figures of the last forward, summed (aux, z, dropped) or averaged
   // (entropy) over the MoE layers; routed is every layer's per-expert load, layer by layer.
   // Empty (layers 0) for a dense model.

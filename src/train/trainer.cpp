@@ -40,13 +40,9 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
                 comm_->world());
   if (comm_->world() > 1) {
     config_reader::require(cfg_.device == Device::Cpu, cfg_.source_path, "parallel.dp",
-            "data parallelism on device: cuda needs NCCL, which is not wired yet (issue 14); "
-            "train the ranks with device: cpu, or one process on the GPU");
-    config_reader::require(!(cfg_.model.moe.router == MoeRouter::SigmoidBias &&
-              cfg_.model.moe.bias_update_rate > 0),
-            cfg_.source_path, "model.moe.bias_update_rate",
-            "the sigmoid_bias router's bias update needs the global token counts, which data "
-            "parallelism does not gather yet (issue 14); set it to 0 or run one process");
+                           "data parallelism on device: cuda needs NCCL, which is not wired yet "
+                           "(issue 14); train the ranks with device: cpu, or one process on the "
+                           "GPU");
   }
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   // Before any allocation: a model that cannot fit is refused at once, not after minutes of
@@ -265,6 +261,9 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   }
   const ScopedRange range(*backend_, "optimizer step");
   opt_->step(r.lr, r.grad_norm);  // clips to optim.grad_clip by grad_norm
+  if (comm_->world() > 1)  // the sigmoid_bias router balances on the whole step's loads
+    for (std::vector<int64_t>* loads : model_->step_loads())
+      comm_->all_reduce_sum(loads->data(), int64_t(loads->size()));
   model_->after_optimizer_step();
   return r;
 }

@@ -1,6 +1,7 @@
 # Data parallelism over MPI (issue 14): N ranks of one micro-batch each end with the training
 # state (weights, FP8 codes and scales, m and v) byte-identical to one rank accumulating N
-# micro-batches, under fp32, bf16-mw and fp8-eco-sr (2 ranks) and fp8-eco-sr (4 ranks); a control
+# micro-batches, under fp32, bf16-mw and fp8-eco-sr (2 ranks), a sigmoid_bias sparse MoE (2
+# ranks: its bias balances on the loads summed over ranks) and fp8-eco-sr (4 ranks); a control
 # that must differ (one rank, one micro-batch) shows the comparison can fail. A run resumes at
 # another world size (2 ranks -> 1 rank accumulating 2, and back) byte for byte. The launch is
 # checked too: a world that does not match parallel.dp, ranks whose configs differ, and a rank
@@ -41,6 +42,13 @@ for t in fp32 bf16-mw fp8-eco-sr; do
   run "dp2_$t" 2 --set precision.treatment="$t"
   same "one_$t" "dp2_$t"
 done
+# A sparse MoE whose sigmoid_bias router balances on the step's loads (summed over the ranks).
+moe=(--set precision.treatment=fp8-eco-sr --set precision.quantize=experts
+  --set model.moe.n_experts=4 --set model.moe.top_k=2 --set model.moe.expert_hidden=32
+  --set model.moe.router=sigmoid_bias --set model.moe.bias_update_rate=0.01)
+run one_moe 1 "${moe[@]}" --set train.grad_accum=2
+run dp2_moe 2 "${moe[@]}"
+same one_moe dp2_moe
 run one4 1 --set train.grad_accum=4
 run dp4 4
 same one4 dp4
