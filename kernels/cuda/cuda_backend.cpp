@@ -449,8 +449,8 @@ class CudaBackend final : public Backend {
     ECO_CHECK_CUDA(cuda::moe_dispatch(slot_rows, row_tokens, counts, scratch,
                                       typed<int32_t>(idx, DType::I32), N, E, k, align, s()));
     std::vector<int32_t> h(static_cast<size_t>(E));
-    ECO_CHECK_CUDA(
-        cudaMemcpyAsync(h.data(), counts, sizeof(int32_t) * h.size(), cudaMemcpyDeviceToHost, s()));
+    ECO_CHECK_CUDA(cudaMemcpyAsync(h.data(), counts, sizeof(int32_t) * h.size(),
+                                   cudaMemcpyDeviceToHost, s()));
     synchronize();
     MoeDispatch d;
     d.routed.assign(h.begin(), h.end());
@@ -475,8 +475,8 @@ class CudaBackend final : public Backend {
                                      accumulate, s()));
   }
   void moe_combine_backward(const Tensor& dy, const Tensor& dgates, const Tensor& dout,
-                            const Tensor& y, const Tensor& gates, const Tensor& row_of_slot, int N,
-                            int C, int k) override {
+                            const Tensor& y, const Tensor& gates, const Tensor& row_of_slot,
+                            int N, int C, int k) override {
     ECO_OP("moe_combine_backward");
     ECO_CHECK_CUDA(cuda::moe_combine_backward(bf(dy), f32(dgates), bf(dout), bf(y), f32(gates),
                                               i32(row_of_slot), N, C, k, s()));

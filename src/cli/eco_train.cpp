@@ -40,11 +40,12 @@ uint64_t fnv1a(const std::string& text) {
   return h;
 }
 
-// Every rank must train the same run: the resolved config and this binary (its build stamp)
-// are compared across ranks, and a difference is an error on all of them, naming the ranks.
+// Every rank must train the same run: the resolved config and the source revision this binary
+// was configured from (ECO_BUILD_ID: git describe at cmake time) are compared across ranks, and
+// a difference is an error on all of them, naming the ranks.
 void check_ranks_agree(const eco::Config& cfg, eco::Communicator& comm) {
   if (comm.world() == 1) return;
-  const uint64_t mine[2] = {fnv1a(eco::to_yaml(cfg)), fnv1a(__DATE__ " " __TIME__ " " __VERSION__)};
+  const uint64_t mine[2] = {fnv1a(eco::to_yaml(cfg)), fnv1a(ECO_BUILD_ID)};
   std::vector<uint64_t> all(2 * size_t(comm.world()));
   comm.all_gather(all.data(), mine, sizeof mine);
   std::string config_differs, binary_differs;
@@ -57,9 +58,9 @@ void check_ranks_agree(const eco::Config& cfg, eco::Communicator& comm) {
                      "read the same file with the same --set overrides)",
                      cfg.source_path, config_differs);
   if (!binary_differs.empty())
-    eco::usage_error("rank(s){} run a different eco-train build than rank 0 (rebuild it on every "
-                     "node from the same source)",
-                     binary_differs);
+    eco::usage_error("rank(s){} run an eco-train built from another source revision than rank "
+                     "0's ({}; rebuild it on every node from the same source)",
+                     binary_differs, ECO_BUILD_ID);
 }
 
 int run(int argc, char** argv, eco::Communicator& comm) {
