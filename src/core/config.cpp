@@ -246,7 +246,11 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("dp", p.dp);
     r.get("ep", p.ep);
     r.get("zero", p.zero);
+    r.get("timeout_s", p.timeout_s);
     r.finish();
+    require(std::isfinite(p.timeout_s) && p.timeout_s >= 0 && p.timeout_s <= 1e7, origin,
+            "parallel.timeout_s",
+            fmt::format("must be 0 (wait forever) or seconds in (0, 1e7], got {}", p.timeout_s));
     require_range(p.dp, 1, ConfigLimits::kMaxRanks, origin, "parallel.dp");
     require(p.ep == 1, origin, "parallel.ep",
             fmt::format("must be 1: expert parallelism is not built yet (issue 14), got {}", p.ep));
@@ -402,6 +406,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "dp" << YAML::Value << c.parallel.dp;
     e << YAML::Key << "ep" << YAML::Value << c.parallel.ep;
     e << YAML::Key << "zero" << YAML::Value << c.parallel.zero;
+    e << YAML::Key << "timeout_s" << YAML::Value << c.parallel.timeout_s;
     e << YAML::EndMap;
   }
   e << YAML::Key << "device" << YAML::Value << enum_name(c.device);

@@ -158,6 +158,10 @@ struct ParallelConfig {
   int dp = 1;    // data-parallel ranks
   int ep = 1;    // expert-parallel ranks (1 only, today)
   int zero = 0;  // 0: every rank holds the whole optimizer state (1: ZeRO-1, not built yet)
+  // A collective that waits longer than this for the other ranks ends the run (a rank that is
+  // stuck, or gone without the launcher noticing); 0: wait forever. Rank 0 writing a large
+  // checkpoint keeps the others waiting at their next collective: leave room for it.
+  double timeout_s = 600;
   int world() const { return dp * ep; }
 };
 

@@ -39,6 +39,10 @@ class Communicator {
   [[noreturn]] virtual void abort(int code) = 0;
 
   const CommBytes& bytes_sent() const { return bytes_; }
+  // A collective waiting longer than `seconds` for the other ranks ends this process with
+  // exit code 1 and a line naming the collective (the launcher then ends the others); 0: wait
+  // forever (the default).
+  virtual void set_timeout(double /*seconds*/) {}
 
  protected:
   CommBytes bytes_;

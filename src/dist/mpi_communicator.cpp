@@ -10,8 +10,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #define ECO_CHECK_MPI(call)                                                        \
@@ -38,6 +44,69 @@ MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 // Elements per rank-chunk in one round of the ordered sum (MPI counts are int).
 constexpr int64_t kChunkElems = int64_t(1) << 26;
 
+// Ends the process when a collective has waited longer than the timeout. The thread makes no
+// MPI call (the library runs at MPI_THREAD_FUNNELED): it prints one line and _Exits, and the
+// launcher (mpirun) then ends the other ranks.
+class CollectiveWatchdog {
+ public:
+  CollectiveWatchdog(int rank, int world) : rank_(rank), world_(world) {}
+  ~CollectiveWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void set_timeout(double seconds) {
+    timeout_s_ = seconds;
+    if (seconds > 0 && !thread_.joinable()) thread_ = std::thread([this] { watch(); });
+  }
+  // Marks the calling collective for its scope.
+  class Scope {
+   public:
+    Scope(CollectiveWatchdog& w, const char* what) : w_(w) {
+      w_.what_ = what;
+      w_.since_ns_.store(now_ns());
+    }
+    ~Scope() { w_.since_ns_.store(0); }
+
+   private:
+    CollectiveWatchdog& w_;
+  };
+
+ private:
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return quit_; })) {
+      const int64_t since = since_ns_.load();
+      if (since == 0 || timeout_s_ <= 0) continue;
+      const double waited = double(now_ns() - since) / 1e9;
+      if (waited <= timeout_s_) continue;
+      std::fprintf(stderr,
+                   "eco-train: error: [rank %d/%d] %s has waited %.0f s for the other ranks "
+                   "(parallel.timeout_s %g): a rank is stuck or gone; ending the run\n",
+                   rank_, world_, what_.load(), waited, timeout_s_);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+
+  const int rank_, world_;
+  double timeout_s_ = 0;
+  std::atomic<int64_t> since_ns_{0};
+  std::atomic<const char*> what_{""};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool quit_ = false;
+  std::thread thread_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(int* argc, char*** argv) {
@@ -46,8 +115,10 @@ class MpiCommunicator final : public Communicator {
     ECO_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     ECO_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     ECO_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+    watchdog_ = std::make_unique<CollectiveWatchdog>(rank_, world_);
   }
   ~MpiCommunicator() override {
+    watchdog_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
@@ -55,10 +126,12 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   std::string name() const override { return "mpi"; }
+  void set_timeout(double seconds) override { watchdog_->set_timeout(seconds); }
 
   void all_reduce_sum(float* x, int64_t n) override { ordered_sum(x, n, recv_f32_); }
   void all_reduce_sum(double* x, int64_t n) override { ordered_sum(x, n, recv_f64_); }
   void all_reduce_sum(int64_t* x, int64_t n) override {  // integer sums: any order is exact
+    const CollectiveWatchdog::Scope scope(*watchdog_, "all_reduce_sum (int64)");
     for (int64_t off = 0; off < n; off += INT_MAX) {
       const int c = int(std::min<int64_t>(n - off, INT_MAX));
       ECO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
@@ -66,6 +139,7 @@ class MpiCommunicator final : public Communicator {
     bytes_.all_reduce += n * int64_t(sizeof(int64_t));
   }
   void all_reduce_max(double* x, int64_t n) override {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "all_reduce_max");
     for (int64_t off = 0; off < n; off += INT_MAX) {
       const int c = int(std::min<int64_t>(n - off, INT_MAX));
       ECO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
@@ -73,6 +147,7 @@ class MpiCommunicator final : public Communicator {
     bytes_.all_reduce += n * int64_t(sizeof(double));
   }
   void all_gather(void* out, const void* in, int64_t bytes) override {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "all_gather");
     if (bytes > INT_MAX)
       runtime_error("all_gather of {} bytes per rank: more than MPI's int count", bytes);
     ECO_CHECK_MPI(MPI_Allgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE,
@@ -80,6 +155,7 @@ class MpiCommunicator final : public Communicator {
     bytes_.all_gather += bytes;
   }
   void broadcast(void* data, int64_t bytes, int root) override {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "broadcast");
     auto* p = static_cast<char*>(data);
     for (int64_t off = 0; off < bytes; off += INT_MAX) {
       const int c = int(std::min<int64_t>(bytes - off, INT_MAX));
@@ -87,7 +163,10 @@ class MpiCommunicator final : public Communicator {
     }
     if (rank_ == root) bytes_.broadcast += bytes;
   }
-  void barrier() override { ECO_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
+  void barrier() override {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "barrier");
+    ECO_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+  }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
@@ -97,6 +176,7 @@ class MpiCommunicator final : public Communicator {
   // x (n) = the rank-order sum, in rounds of at most kChunkElems elements per rank-chunk.
   template <class T>
   void ordered_sum(T* x, int64_t n, std::vector<T>& recv) {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "all_reduce_sum (the gradients' sum)");
     const int w = world_;
     const size_t ws = static_cast<size_t>(w);
     for (int64_t off = 0; off < n; off += kChunkElems * w) {
@@ -129,6 +209,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   int rank_ = 0, world_ = 1;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
   std::vector<float> recv_f32_;
   std::vector<double> recv_f64_;
 };

@@ -39,6 +39,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
                 comm_->world() == 1 ? " was" : "es were", par.world(), par.world(),
                 comm_->world());
   if (comm_->world() > 1) {
+    comm_->set_timeout(par.timeout_s);
     config_reader::require(cfg_.device == Device::Cpu, cfg_.source_path, "parallel.dp",
                            "data parallelism on device: cuda needs NCCL, which is not wired yet "
                            "(issue 14); train the ranks with device: cpu, or one process on the "

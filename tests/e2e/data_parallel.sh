@@ -4,8 +4,9 @@
 # ranks: its bias balances on the loads summed over ranks) and fp8-eco-sr (4 ranks); a control
 # that must differ (one rank, one micro-batch) shows the comparison can fail. A run resumes at
 # another world size (2 ranks -> 1 rank accumulating 2, and back) byte for byte. The launch is
-# checked too: a world that does not match parallel.dp, ranks whose configs differ, and a rank
-# killed with SIGKILL (every process gone within 60 s, mpirun non-zero).
+# checked too: a world that does not match parallel.dp, ranks whose configs differ, a rank
+# killed with SIGKILL and a rank stopped with SIGSTOP (parallel.timeout_s): every process gone
+# within 60 s, mpirun non-zero.
 # Skips (77) without mpirun or in a build without MPI.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
@@ -120,3 +121,30 @@ wait "$launcher" || rc=$?
 [ "$rc" != 0 ] || fail "mpirun exited 0 after a rank was killed"
 pgrep -f "eco-train cfg.yaml.*$WORK/killed" >/dev/null && fail "a rank outlived the killed one"
 echo "ok: a killed rank ended the run in $(( $(date +%s) - start )) s (mpirun exit $rc)"
+
+# A rank that stops (SIGSTOP: alive, so the launcher sees nothing) leaves the other waiting in
+# the gradients' sum: parallel.timeout_s ends the run with one line naming the collective.
+"${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" --set parallel.dp=2 --set parallel.timeout_s=3 \
+  --set train.max_steps=1000000 --set train.log_interval=1000 --set train.out_dir="$WORK/stopped" \
+  >stopped.log 2>&1 &
+launcher=$!
+victim=""
+for _ in $(seq 100); do
+  victim=$(pgrep -f "eco-train cfg.yaml.*$WORK/stopped" | sort -n | tail -1 || true)
+  [ -n "$victim" ] && grep -q "step " stopped.log 2>/dev/null && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { cat stopped.log; fail "no rank to stop"; }
+kill -STOP "$victim"
+start=$(date +%s)
+while kill -0 "$launcher" 2>/dev/null && [ $(( $(date +%s) - start )) -lt 60 ]; do sleep 0.2; done
+if kill -0 "$launcher" 2>/dev/null; then
+  kill -CONT "$victim"; kill -9 "$launcher"; fail "mpirun still running 60 s after a rank stopped"
+fi
+rc=0
+wait "$launcher" || rc=$?
+[ "$rc" != 0 ] || fail "mpirun exited 0 after a rank stopped"
+grep -q "has waited 3 s for the other ranks (parallel.timeout_s 3)" stopped.log ||
+  { cat stopped.log; fail "no timeout line"; }
+pgrep -f "eco-train cfg.yaml.*$WORK/stopped" >/dev/null && fail "a rank outlived the timeout"
+echo "ok: a stopped rank ended the run in $(( $(date +%s) - start )) s by the collective timeout (mpirun exit $rc)"

@@ -435,6 +435,9 @@ TEST(ConfigParallel, RefusesWhatIsNotBuiltOrOutOfRange) {
                       {kOrigin, "parallel.zero", "ZeRO-1 is not built yet"});
   expect_config_error(base_yaml("parallel: {zero: 2}\n"), {kOrigin, "parallel.zero", "0 or 1"});
   expect_config_error(base_yaml("parallel: {tp: 2}\n"), {kOrigin, "parallel.tp"});
+  expect_config_error(base_yaml("parallel: {timeout_s: -1}\n"),
+                      {kOrigin, "parallel.timeout_s", "0 (wait forever)"});
+  expect_config_error(base_yaml("parallel: {timeout_s: .nan}\n"), {kOrigin, "parallel.timeout_s"});
 }
 
 // A run resumes at another world size when the micro-batches of a step (dp x grad_accum) stay
