@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -36,6 +37,16 @@ std::string MemoryFit::describe() const {
   return fmt::format("the plan needs {}; {} available ({})", gib(needed), gib(available), source);
 }
 
+int local_ranks() {
+  // OpenMPI's mpirun, MPICH / Intel MPI, Slurm's srun.
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* s = std::getenv(v)) {
+      const int n = std::atoi(s);
+      if (n > 0) return n;
+    }
+  return 1;
+}
+
 Tensor alloc_trainer_buffers(Backend& be, const Config& cfg, const Transformer& model) {
   if (cfg.train.grad_accum == 1) return Tensor{};
   return be.alloc("gradient accumulator", model.grads().shape, model.grads().dtype,
@@ -65,6 +76,11 @@ MemoryFit memory_fit(const Config& cfg) {
       fit.source = "host RAM, MemTotal in /proc/meminfo";
     }
     if (fit.available == 0) fit.source = "the host's RAM is unknown (no /proc/meminfo)";
+    // The ranks an MPI launcher put on this host share its RAM: each needs the plan.
+    if (const int local = local_ranks(); local > 1) {
+      fit.needed *= uint64_t(local);
+      fit.source += fmt::format("; {} ranks on this host, the plan counted {} times", local, local);
+    }
   }
   return fit;
 }
