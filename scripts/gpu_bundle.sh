@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 out=${1:-gpu-prebuilt}
 arch=${2:-90a}
 build=build-bundle-$arch
-targets=(eco_gpu_tests eco-train eco-gemm-bench eco-update-bench)
+targets=(eco_gpu_tests eco-train eco-ckpt eco-gemm-bench eco-update-bench)
 
 # x86-64-v2: the GPU machine's CPU need not have this machine's vector extensions.
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DECO_MARCH=x86-64-v2 -DECO_CUDA=ON \
@@ -22,7 +22,7 @@ cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 rm -rf "$out"
 mkdir -p "$out/tests" "$out/libs"
 cp "$build/tests/eco_gpu_tests" "$out/tests/"
-for t in eco-train eco-gemm-bench eco-update-bench; do cp "$build/$t" "$out/"; done
+for t in eco-train eco-ckpt eco-gemm-bench eco-update-bench; do cp "$build/$t" "$out/"; done
 
 # Every resolved dependency except the C runtime, libstdc++/libgcc and the CUDA libraries.
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libnccl|libnvToolsExt|libnvtx)'

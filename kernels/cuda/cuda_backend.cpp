@@ -901,6 +901,13 @@ std::unique_ptr<Backend> make_cuda_backend() {
     usage_error("device: cuda but no CUDA GPU is visible ({})",
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
   }
+  // The ranks an MPI launcher put on this host take its GPUs in turn (local rank modulo the
+  // GPUs: several ranks share one when there are more ranks than GPUs).
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* local = std::getenv(v)) {
+      ECO_CHECK_CUDA(cudaSetDevice(std::atoi(local) % count));
+      break;
+    }
   int dev = 0;
   ECO_CHECK_CUDA(cudaGetDevice(&dev));
   cudaDeviceProp prop{};

@@ -38,13 +38,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
                 cfg_.source_path, par.dp, par.ep, comm_->world(),
                 comm_->world() == 1 ? " was" : "es were", par.world(), par.world(),
                 comm_->world());
-  if (comm_->world() > 1) {
-    comm_->set_timeout(par.timeout_s);
-    config_reader::require(cfg_.device == Device::Cpu, cfg_.source_path, "parallel.dp",
-                           "data parallelism on device: cuda needs NCCL, which is not wired yet "
-                           "(issue 14); train the ranks with device: cpu, or one process on the "
-                           "GPU");
-  }
+  if (comm_->world() > 1) comm_->set_timeout(par.timeout_s);
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   // Before any allocation: a model that cannot fit is refused at once, not after minutes of
   // zeroing memory.
@@ -277,9 +271,17 @@ void Trainer::reduce_gradients() {
   }
   if (comm_->world() == 1) return;
   const ScopedRange range(*backend_, "gradient all-reduce");
-  // The ranks' gradients are host memory (device: cpu; the constructor refuses cuda).
   ECO_ASSERT(g.dtype == DType::F32, "data-parallel gradients in {}", dtype_name(g.dtype));
-  comm_->all_reduce_sum(g.as<float>(), g.numel());
+  if (cfg_.device == Device::Cpu) {  // host memory: summed in place
+    comm_->all_reduce_sum(g.as<float>(), g.numel());
+    return;
+  }
+  // GPU gradients go through host memory over MPI: correct and rank-order deterministic, but
+  // bound by PCIe and the network stack; NCCL (device to device) is the next step (issue 14).
+  grads_host_.resize(size_t(g.numel()));
+  backend_->copy_to_host(grads_host_.data(), g);
+  comm_->all_reduce_sum(grads_host_.data(), g.numel());
+  backend_->copy_from_host(g, grads_host_.data());
 }
 
 bool Trainer::stop_agreed(const StopSignals& stop) {

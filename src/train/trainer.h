@@ -120,6 +120,7 @@ class Trainer {
   LossSpikeDetector spikes_;
   std::vector<int32_t> inputs_, targets_;  // one micro-batch, (B, T) each
   Tensor grad_acc_;  // the micro-batches' gradient sum (grad_accum > 1; grads()' shape)
+  std::vector<float> grads_host_;  // device: cuda with several ranks: the sum goes through it
 };
 
 }  // namespace eco

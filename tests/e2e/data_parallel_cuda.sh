@@ -1,0 +1,33 @@
+# Data parallelism on the GPU (issue 14): 2 ranks on device: cuda (sharing one GPU when there is
+# one) end byte-identical to one rank accumulating 2 micro-batches, under bf16-mw and fp8-eco-sr
+# (every block linear's forward the FP8 GEMM). The gradients are summed over MPI through host
+# memory in rank order. Skips (77) without mpirun, without MPI or CUDA in the build, or without
+# a GPU: scripts/gpu_check.sh runs it on a GPU machine.
+source "$(dirname "$0")/lib/common.bash"
+cd "$WORK"
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+CKPT=$(dirname "$ECO_TRAIN")/eco-ckpt
+[ -x "$CKPT" ] || fail "no eco-ckpt beside $ECO_TRAIN"
+MPI=(mpirun --oversubscribe --allow-run-as-root)
+tiny_config >cfg.yaml
+echo "device: cuda" >>cfg.yaml
+common=(--set train.max_steps=10 --set train.batch_size=2 --set train.sample_tokens=0
+  --set train.log_interval=5)
+probe=$("$ECO_TRAIN" cfg.yaml "${common[@]}" --set train.max_steps=1 --set train.out_dir="$WORK/probe" 2>&1) || {
+  grep -qE "no CUDA GPU is visible|without CUDA|built without" <<<"$probe" &&
+    { echo "SKIP: no GPU or no CUDA build: $(tail -1 <<<"$probe")"; exit 77; }
+  echo "$probe"; fail "one CUDA step failed"; }
+run() {
+  local name=$1 np=$2
+  shift 2
+  local cmd=("$ECO_TRAIN" cfg.yaml "${common[@]}" --set train.out_dir="$WORK/$name" "$@")
+  [ "$np" -gt 1 ] && cmd=("${MPI[@]}" -np "$np" "${cmd[@]}" --set parallel.dp="$np")
+  "${cmd[@]}" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit $?"; }
+}
+for t in bf16-mw fp8-eco-sr; do
+  run "one_$t" 1 --set precision.treatment="$t" --set train.grad_accum=2
+  run "dp2_$t" 2 --set precision.treatment="$t"
+  "$CKPT" diff "$WORK/one_$t/ckpt_00000010.bin" "$WORK/dp2_$t/ckpt_00000010.bin" >"diff_$t.txt" ||
+    { cat "diff_$t.txt"; fail "$t: 2 CUDA ranks differ from one rank accumulating 2"; }
+  echo "ok: $t on CUDA, 2 ranks == 1 rank x 2 micro-batches ($(tail -1 "diff_$t.txt"))"
+done
