@@ -210,9 +210,15 @@ void Trainer::log_run_header() {
   log_.info("data: {}", train_data_->describe());
   if (const auto floor = train_data_->entropy_floor_nats())
     log_.info("synthetic corpus entropy floor: {:.4f} nats/token", *floor);
-  log_.info("training {} steps of {} tokens ({} x {} x {} accum), {} threads",
-            cfg_.total_steps(), cfg_.tokens_per_step(), tc.batch_size, cfg_.model.seq_len,
-            tc.grad_accum, omp_get_max_threads());
+  if (cfg_.parallel.dp > 1)
+    log_.info("training {} steps of {} tokens ({} x {} x {} accum x {} data-parallel ranks, "
+              "communicator {}), {} threads per rank",
+              cfg_.total_steps(), cfg_.tokens_per_step(), tc.batch_size, cfg_.model.seq_len,
+              tc.grad_accum, cfg_.parallel.dp, comm_->name(), omp_get_max_threads());
+  else
+    log_.info("training {} steps of {} tokens ({} x {} x {} accum), {} threads",
+              cfg_.total_steps(), cfg_.tokens_per_step(), tc.batch_size, cfg_.model.seq_len,
+              tc.grad_accum, omp_get_max_threads());
 }
 
 Trainer::StepResult Trainer::train_step(int64_t step) {
