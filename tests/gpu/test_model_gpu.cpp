@@ -138,10 +138,9 @@ TEST(GpuModel, LlamaForwardBackwardMatchesCpu) {
   check_forward_backward("llama");
 }
 
-// Training losses of `steps` steps on the synthetic corpus (the trainer's loop, one micro-batch).
-
-void check_training(const std::string& family, const std::string& treatment) {
-  const Config c = tiny(family, treatment);
+// `label`'s losses on both backends over the config's steps: each within kTrainLossTol of the
+// CPU's, and the GPU run learning.
+void check_training(const Config& c, const std::string& label) {
   const int steps = int(c.total_steps());
   ModelRun cpu = make_run(make_cpu_backend(), c);
   ModelRun gpu = make_run(make_cuda_backend(), c);
@@ -150,13 +149,16 @@ void check_training(const std::string& family, const std::string& treatment) {
   for (int s = 0; s < steps; ++s) {
     const double rel = std::abs(l_gpu[s] - l_cpu[s]) / l_cpu[s];
     worst = std::isfinite(rel) ? std::max(worst, rel) : INFINITY;
-    EXPECT_LE(rel, kTrainLossTol) << family << " " << treatment << " step " << s + 1 << ": cpu "
-                                  << l_cpu[s] << " gpu " << l_gpu[s];
+    EXPECT_LE(rel, kTrainLossTol) << label << " step " << s + 1 << ": cpu " << l_cpu[s]
+                                  << " gpu " << l_gpu[s];
   }
-  std::printf("  %-5s %-14s loss cpu %.4f -> %.4f, gpu %.4f -> %.4f, worst step rel %.2e\n",
-              family.c_str(), treatment.c_str(), l_cpu.front(), l_cpu.back(), l_gpu.front(),
-              l_gpu.back(), worst);
-  EXPECT_LT(l_gpu.back(), l_gpu.front() - 0.1) << family << " " << treatment << " did not learn";
+  std::printf("  %-20s loss cpu %.4f -> %.4f, gpu %.4f -> %.4f, worst step rel %.2e\n",
+              label.c_str(), l_cpu.front(), l_cpu.back(), l_gpu.front(), l_gpu.back(), worst);
+  EXPECT_LT(l_gpu.back(), l_gpu.front() - 0.1) << label << " did not learn";
+}
+
+void check_training(const std::string& family, const std::string& treatment) {
+  check_training(tiny(family, treatment), family + " " + treatment);
 }
 
 const char* const kTreatments[] = {"bf16-mw", "fp8-mw-rtn", "fp8-naive-rtn", "fp8-eco-sr"};
@@ -189,23 +191,7 @@ Config tiny_moe(const std::string& family, const std::string& treatment, const s
 
 void check_moe_training(const std::string& family, const std::string& treatment,
                         const std::string& moe) {
-  const Config c = tiny_moe(family, treatment, moe);
-  const int steps = int(c.total_steps());
-  ModelRun cpu = make_run(make_cpu_backend(), c);
-  ModelRun gpu = make_run(make_cuda_backend(), c);
-  const auto l_cpu = train(cpu, c, steps), l_gpu = train(gpu, c, steps);
-  double worst = 0;
-  for (int s = 0; s < steps; ++s) {
-    const double rel = std::abs(l_gpu[s] - l_cpu[s]) / l_cpu[s];
-    worst = std::isfinite(rel) ? std::max(worst, rel) : INFINITY;
-    EXPECT_LE(rel, kTrainLossTol) << family << " " << treatment << moe << " step " << s + 1
-                                  << ": cpu " << l_cpu[s] << " gpu " << l_gpu[s];
-  }
-  std::printf("  smoe %-5s %-12s%s: loss cpu %.4f -> %.4f, gpu %.4f -> %.4f, worst step rel "
-              "%.2e\n",
-              family.c_str(), treatment.c_str(), moe.c_str(), l_cpu.front(), l_cpu.back(),
-              l_gpu.front(), l_gpu.back(), worst);
-  EXPECT_LT(l_gpu.back(), l_gpu.front() - 0.1) << family << " " << treatment << " did not learn";
+  check_training(tiny_moe(family, treatment, moe), "smoe " + family + " " + treatment + moe);
 }
 
 TEST(GpuModel, SmoeTrainingFollowsCpu) {
