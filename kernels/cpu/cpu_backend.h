@@ -35,6 +35,7 @@ template <class T>
 class CpuBackend : public Backend {
  public:
   std::string name() const override { return std::is_same_v<T, double> ? "cpu-f64" : "cpu"; }
+  bool host_memory() const override { return true; }
   DType dtype() const override { return std::is_same_v<T, double> ? DType::F64 : DType::F32; }
 
   // Per-operation wall-clock time (the CPU runs each operation to completion before returning).

@@ -256,8 +256,6 @@ Config from_node(YAML::Node root, const std::string& origin) {
             fmt::format("must be 1: expert parallelism is not built yet (issue 14), got {}", p.ep));
     require(p.zero == 0 || p.zero == 1, origin, "parallel.zero",
             fmt::format("must be 0 or 1, got {}", p.zero));
-    require(p.zero == 0, origin, "parallel.zero",
-            "must be 0: ZeRO-1 is not built yet (issue 14)");
   }
   if (root["device"] && !root["device"].IsNull()) {
     const YAML::Node d = root["device"];

@@ -152,12 +152,13 @@ struct PrecisionConfig {
 
 // How the processes of a run share the work (issue 14; ../shared/design/DISTRIBUTED.md). The
 // launcher (mpirun, srun) must start dp x ep processes. Today: data parallelism (dp ranks, each
-// a micro-batch of train.batch_size, gradients summed in rank order); ep and zero are refused
-// until expert parallelism and ZeRO-1 exist.
+// a micro-batch of train.batch_size, gradients summed in rank order) and ZeRO-1 (zero: 1: each
+// rank keeps the optimizer state of its own rows of every parameter, optim/zero_shards.h); ep is
+// refused until expert parallelism exists.
 struct ParallelConfig {
   int dp = 1;    // data-parallel ranks
   int ep = 1;    // expert-parallel ranks (1 only, today)
-  int zero = 0;  // 0: every rank holds the whole optimizer state (1: ZeRO-1, not built yet)
+  int zero = 0;  // 0: every rank holds the whole optimizer state; 1: ZeRO-1
   // A collective that waits longer than this for the other ranks ends the run (a rank that is
   // stuck, or gone without the launcher noticing); 0: wait forever. Rank 0 writing a large
   // checkpoint keeps the others waiting at their next collective: leave room for it.

@@ -7,13 +7,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace eco {
 
 // Bytes this rank sent, per collective (the communicator's counters; summary.json reports them).
 struct CommBytes {
-  int64_t all_reduce = 0, all_gather = 0, broadcast = 0;
-  int64_t total() const { return all_reduce + all_gather + broadcast; }
+  int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, gather = 0, broadcast = 0;
+  int64_t total() const { return all_reduce + reduce_scatter + all_gather + gather + broadcast; }
 };
 
 class Communicator {
@@ -29,6 +30,16 @@ class Communicator {
   virtual void all_reduce_sum(int64_t* x, int64_t n) = 0;
   // x (n) = the element-wise maximum over ranks.
   virtual void all_reduce_max(double* x, int64_t n) = 0;
+  // ZeRO-1's collectives over a buffer cut into one contiguous range per rank: `bounds` holds
+  // world + 1 non-decreasing offsets from bounds[0] = 0, rank r's range [bounds[r], bounds[r+1]).
+  // reduce_scatter_sum: rank r's range of x = the rank-order sum of every rank's range r (as
+  // all_reduce_sum adds it, element by element); the rest of x is unspecified afterwards.
+  virtual void reduce_scatter_sum(float* x, const std::vector<int64_t>& bounds) = 0;
+  // all_gather (bytes, in place): every rank's range of `buf` reaches every rank.
+  virtual void all_gather(void* buf, const std::vector<int64_t>& byte_bounds) = 0;
+  // gather (bytes, in place): every rank's range of `buf` reaches `root`; other ranks' buf is
+  // left as it was.
+  virtual void gather(void* buf, const std::vector<int64_t>& byte_bounds, int root) = 0;
   // out (world * bytes) = every rank's `bytes` bytes of `in`, in rank order.
   virtual void all_gather(void* out, const void* in, int64_t bytes) = 0;
   // `bytes` of data from `root` to every rank.
@@ -50,6 +61,9 @@ class Communicator {
 
 // One process: rank 0 of 1; every collective is the identity (sums start from 0 as above).
 std::unique_ptr<Communicator> make_local_communicator();
+// Refuses (runtime error naming `what`) bounds that are not world + 1 non-decreasing offsets
+// from 0 to n.
+void check_bounds(const std::vector<int64_t>& bounds, int world, int64_t n, const char* what);
 // The run's communicator: MPI when a launcher started this process (mpirun, srun: its
 // environment names a world), else one process. A launched process in a build without MPI
 // is refused with an error saying so.

@@ -24,6 +24,16 @@ class LocalCommunicator final : public Communicator {
   void all_reduce_sum(double* x, int64_t n) override { sum_from_zero(x, n); }
   void all_reduce_sum(int64_t*, int64_t) override {}
   void all_reduce_max(double*, int64_t) override {}
+  void reduce_scatter_sum(float* x, const std::vector<int64_t>& bounds) override {
+    check_bounds(bounds, 1, bounds.empty() ? 0 : bounds.back(), "reduce_scatter_sum");
+    sum_from_zero(x, bounds.back());
+  }
+  void all_gather(void*, const std::vector<int64_t>& bounds) override {
+    check_bounds(bounds, 1, bounds.empty() ? 0 : bounds.back(), "all_gather");
+  }
+  void gather(void*, const std::vector<int64_t>& bounds, int) override {
+    check_bounds(bounds, 1, bounds.empty() ? 0 : bounds.back(), "gather");
+  }
   void all_gather(void* out, const void* in, int64_t bytes) override {
     if (bytes > 0 && out != in) std::memmove(out, in, size_t(bytes));
   }
@@ -36,6 +46,15 @@ class LocalCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_local_communicator() {
   return std::make_unique<LocalCommunicator>();
+}
+
+void check_bounds(const std::vector<int64_t>& bounds, int world, int64_t n, const char* what) {
+  bool ok = bounds.size() == size_t(world) + 1 && bounds.front() == 0 && bounds.back() == n;
+  for (size_t r = 0; ok && r + 1 < bounds.size(); ++r) ok = bounds[r] <= bounds[r + 1];
+  if (!ok)
+    runtime_error("{}: {} range bounds for a world of {} over {} elements are not {} "
+                  "non-decreasing offsets from 0 to {}",
+                  what, bounds.size(), world, n, world + 1, n);
 }
 
 bool launched_by_mpi() {

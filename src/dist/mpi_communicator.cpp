@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #define ECO_CHECK_MPI(call)                                                        \
@@ -146,6 +147,48 @@ class MpiCommunicator final : public Communicator {
     }
     bytes_.all_reduce += n * int64_t(sizeof(double));
   }
+  void reduce_scatter_sum(float* x, const std::vector<int64_t>& bounds) override {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "reduce_scatter_sum (the gradients' sum)");
+    check_bounds(bounds, world_, bounds.empty() ? 0 : bounds.back(), "reduce_scatter_sum");
+    const size_t ws = size_t(world_), me = size_t(rank_);
+    const int64_t mine = bounds[me + 1] - bounds[me];
+    for (int64_t done = 0, rounds = max_rounds(bounds, kChunkElems), k = 0; k < rounds; ++k) {
+      // Round k: the k-th kChunkElems of each rank's range.
+      const int64_t take = std::clamp<int64_t>(mine - done, 0, kChunkElems);
+      recv_f32_.resize(size_t(take) * ws);
+      std::vector<MPI_Request> reqs;
+      for (int s = 0; s < world_; ++s) {
+        if (s == rank_) continue;
+        const int64_t b = bounds[size_t(s)] + k * kChunkElems;
+        const int64_t send = std::clamp<int64_t>(bounds[size_t(s) + 1] - b, 0, kChunkElems);
+        if (take > 0)
+          post(reqs, MPI_Irecv(recv_f32_.data() + size_t(s) * size_t(take), int(take), MPI_FLOAT,
+                               s, kTagReduceScatter, MPI_COMM_WORLD, next(reqs)));
+        if (send > 0) {
+          post(reqs, MPI_Isend(x + b, int(send), MPI_FLOAT, s, kTagReduceScatter, MPI_COMM_WORLD,
+                               next(reqs)));
+          bytes_.reduce_scatter += send * int64_t(sizeof(float));
+        }
+      }
+      wait_all(reqs);
+      float* out = x + bounds[me] + done;
+      for (int64_t i = 0; i < take; ++i) {
+        float acc = 0.0f;
+        for (size_t s = 0; s < ws; ++s)
+          acc += s == me ? out[i] : recv_f32_[s * size_t(take) + size_t(i)];
+        out[i] = acc;
+      }
+      done += take;
+    }
+  }
+  void all_gather(void* buf, const std::vector<int64_t>& bounds) override {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "all_gather (ranges)");
+    exchange_ranges(static_cast<char*>(buf), bounds, -1);
+  }
+  void gather(void* buf, const std::vector<int64_t>& bounds, int root) override {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "gather (ranges)");
+    exchange_ranges(static_cast<char*>(buf), bounds, root);
+  }
   void all_gather(void* out, const void* in, int64_t bytes) override {
     const CollectiveWatchdog::Scope scope(*watchdog_, "all_gather");
     if (bytes > INT_MAX)
@@ -205,6 +248,56 @@ class MpiCommunicator final : public Communicator {
                                    displs.data(), mpi_type<T>(), MPI_COMM_WORLD));
       // Sent: every other rank's chunks, then this rank's summed chunk to the w - 1 others.
       bytes_.all_reduce += int64_t(sizeof(T)) * ((m - mine) + int64_t(mine) * (w - 1));
+    }
+  }
+
+  static constexpr int kTagReduceScatter = 41, kTagGather = 42;
+  static constexpr int64_t kMaxMessageBytes = int64_t(1) << 30;
+
+  // Rounds of at most `per_round` elements of each range that cover every range.
+  static int64_t max_rounds(const std::vector<int64_t>& bounds, int64_t per_round) {
+    int64_t rounds = 0;
+    for (size_t r = 0; r + 1 < bounds.size(); ++r)
+      rounds = std::max(rounds, (bounds[r + 1] - bounds[r] + per_round - 1) / per_round);
+    return rounds;
+  }
+  static MPI_Request* next(std::vector<MPI_Request>& reqs) {
+    reqs.push_back(MPI_REQUEST_NULL);
+    return &reqs.back();
+  }
+  static void post(std::vector<MPI_Request>&, int rc) { ECO_CHECK_MPI(rc); }
+  static void wait_all(std::vector<MPI_Request>& reqs) {
+    if (!reqs.empty())
+      ECO_CHECK_MPI(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+  }
+  // Every rank's byte range of buf to every other rank (root < 0) or to root alone.
+  void exchange_ranges(char* buf, const std::vector<int64_t>& bounds, int root) {
+    check_bounds(bounds, world_, bounds.empty() ? 0 : bounds.back(),
+                 root < 0 ? "all_gather" : "gather");
+    const size_t me = size_t(rank_);
+    for (int64_t k = 0, rounds = max_rounds(bounds, kMaxMessageBytes); k < rounds; ++k) {
+      std::vector<MPI_Request> reqs;
+      const auto piece = [&](size_t r) {  // range r's bytes in round k: (offset, count)
+        const int64_t b = bounds[r] + k * kMaxMessageBytes;
+        return std::pair<int64_t, int>(b, int(std::clamp<int64_t>(bounds[r + 1] - b, 0,
+                                                                 kMaxMessageBytes)));
+      };
+      for (int s = 0; s < world_; ++s) {
+        if (s == rank_) continue;
+        if (root < 0 || rank_ == root) {
+          if (const auto [off, n] = piece(size_t(s)); n > 0)
+            post(reqs, MPI_Irecv(buf + off, n, MPI_BYTE, s, kTagGather, MPI_COMM_WORLD,
+                                 next(reqs)));
+        }
+        if (root < 0 || s == root) {
+          if (const auto [off, n] = piece(me); n > 0) {
+            post(reqs, MPI_Isend(buf + off, n, MPI_BYTE, s, kTagGather, MPI_COMM_WORLD,
+                                 next(reqs)));
+            (root < 0 ? bytes_.all_gather : bytes_.gather) += n;
+          }
+        }
+      }
+      wait_all(reqs);
     }
   }
 

@@ -53,6 +53,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Whether tensors live in host memory (a collective can then work on them in place; device
+  // memory goes through copies or a device communicator).
+  virtual bool host_memory() const { return false; }
   // dtype of parameters, parameter gradients, plain optimizer state, the saved statistics of
   // norms and attention (mean, rstd, attention state) and the per-token losses.
   virtual DType dtype() const = 0;

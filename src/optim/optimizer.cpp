@@ -3,13 +3,23 @@
 
 #include <cmath>
 
+#include "core/error.h"
+#include "quant/qtensor_rows.h"
+
 namespace eco {
 
-Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed)
-    : cfg_(cfg), model_(model), seed_(seed), adamw_(cfg.name == OptimizerKind::AdamW) {
+Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed, int zero_world,
+                     int rank, Communicator* comm)
+    : cfg_(cfg), model_(model), seed_(seed), adamw_(cfg.name == OptimizerKind::AdamW),
+      shards_(model.store(), zero_world), rank_(rank), comm_(comm) {
   Backend& be = model.backend();
   ParamStore& store = model.store();
   const auto& specs = model.table().specs;
+  if (rank < 0 || rank >= zero_world)
+    runtime_error("optimizer: rank {} of a ZeRO-1 world of {}", rank, zero_world);
+  for (size_t i = 0; i < specs.size(); ++i)
+    rows_.push_back(sharded() ? shards_.rows(rank, i)
+                              : std::pair<int64_t, int64_t>{0, param_rows_cols(specs[i]).first});
   // One arena per moment and dtype; m_slot[i], v_slot[i]: parameter i's (arena, slot).
   std::vector<ArenaBuilder> builders;
   auto builder = [&](char moment, DType dt) -> size_t {
@@ -19,32 +29,62 @@ Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed)
     builders.emplace_back(name, dt);
     return builders.size() - 1;
   };
-  std::vector<std::pair<size_t, size_t>> m_slot(specs.size()), v_slot(specs.size());
+  constexpr size_t kNone = size_t(-1);
+  std::vector<std::pair<size_t, size_t>> m_slot(specs.size(), {kNone, kNone}), v_slot(m_slot);
+  std::vector<DType> dts(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& s = specs[i];
     const bool q = store.quantized(i);
     const DType dt = q && cfg.state_dtype == StateDType::Bf16 ? DType::BF16 : (q ? DType::F32 : be.dtype());
+    dts[i] = dt;
+    const auto [r0, r1] = rows_[i];
+    if (r0 == r1) continue;  // ZeRO-1: another rank's rows
+    const int64_t cols = param_rows_cols(s).second;
+    const std::vector<int64_t> shape =
+        sharded() ? (s.shape.size() == 2 ? std::vector<int64_t>{r1 - r0, cols}
+                                         : std::vector<int64_t>{(r1 - r0) * cols})
+                  : s.shape;
     const size_t bm = builder('m', dt);
-    m_slot[i] = {bm, builders[bm].add(s.name + ".m", s.shape, MemCategory::OptState,
+    m_slot[i] = {bm, builders[bm].add(s.name + ".m", shape, MemCategory::OptState,
                                              store.in_scope(i))};
     if (!adamw_) continue;
     const size_t bv = builder('v', dt);
-    v_slot[i] = {bv, builders[bv].add(s.name + ".v", s.shape, MemCategory::OptState,
+    v_slot[i] = {bv, builders[bv].add(s.name + ".v", shape, MemCategory::OptState,
                                              store.in_scope(i))};
   }
   for (const auto& b : builders) arenas_.push_back(b.allocate(be));
+  // A parameter without rows here has zero-size moments (a checkpoint section of 0 bytes).
+  const auto view = [&](std::pair<size_t, size_t> slot, DType dt) {
+    if (slot.first == kNone) return Tensor{nullptr, {0}, dt};
+    return arenas_[slot.first].view(slot.second);
+  };
   for (size_t i = 0; i < specs.size(); ++i) {
-    m_.push_back(arenas_[m_slot[i].first].view(m_slot[i].second));
-    v_.push_back(adamw_ ? arenas_[v_slot[i].first].view(v_slot[i].second) : Tensor{});
+    m_.push_back(view(m_slot[i], dts[i]));
+    v_.push_back(adamw_ ? view(v_slot[i], dts[i]) : Tensor{});
   }
+  if (sharded())
+    for (ParamArena kind : {ParamArena::Values, ParamArena::Codes, ParamArena::Scales})
+      arena_bounds_[size_t(kind)] = shards_.arena_bounds(kind);
 }
 
 double Optimizer::grad_norm() {
   const Tensor& g = model_.grads();
-  return std::sqrt(model_.backend().sum_squares(g, g.numel()));
+  const auto& pieces = shards_.pieces();
+  partials_.assign(pieces.size(), 0.0);
+  const size_t k0 = sharded() ? shards_.first_piece(rank_) : 0;
+  const size_t k1 = sharded() ? shards_.first_piece(rank_ + 1) : pieces.size();
+  Backend& be = model_.backend();
+  for (size_t k = k0; k < k1; ++k)
+    partials_[k] = be.sum_squares(g.slice(pieces[k].offset, {pieces[k].length}), pieces[k].length);
+  // The other ranks' partials: each element is one rank's value plus zeros (exact).
+  if (sharded()) comm_->all_reduce_sum(partials_.data(), int64_t(partials_.size()));
+  double sum = 0;
+  for (const double p : partials_) sum += p;
+  return std::sqrt(sum);
 }
 
 void Optimizer::step(double lr, double grad_norm) {
+  ECO_ASSERT(!sharded() || comm_, "a ZeRO-1 optimizer step without a communicator");
   ++t_;
   float grad_scale = 1.0f;
   if (cfg_.grad_clip > 0 && grad_norm > cfg_.grad_clip) grad_scale = float(cfg_.grad_clip / grad_norm);
@@ -61,24 +101,58 @@ void Optimizer::step(double lr, double grad_norm) {
   plain_.clear();
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& s = specs[i];
+    const auto [r0, r1] = rows_[i];
+    if (r0 == r1) continue;  // another rank's rows (ZeRO-1)
+    const int64_t cols = param_rows_cols(s).second, n = (r1 - r0) * cols;
     const float wd = s.weight_decay ? float(cfg_.weight_decay) : 0.0f;
+    // This rank's rows of a tensor of the parameter's shape (all of it unsharded).
+    const auto rows_of = [&](const Tensor& t) {
+      return !sharded() || t.empty() ? t : t.slice(r0 * cols, {n});
+    };
     if (!store.quantized(i)) {
-      plain_.push_back({store.value(i), model_.grad(i), m_[i], v_[i], s.numel(), wd});
+      plain_.push_back({rows_of(store.value(i)), rows_of(model_.grad(i)), m_[i], v_[i], n, wd});
       continue;
     }
     const QuantizedStep qs{tr.policy, tr.rounding, seed_, uint64_t(t_), uint32_t(i)};
+    QTensor& whole = store.qtensor(i);
+    // ZeRO-1: the rows as a tensor of their own, its SR draws keyed from element r0 * cols.
+    QTensor part = sharded() ? qtensor_rows(whole, r0, r1) : whole;
+    QTensor& q = sharded() ? part : whole;
+    const RowRange rows = sharded() ? RowRange{0, -1, r0 * cols} : RowRange{};
+    const Tensor master = rows_of(store.value(i)), grad = rows_of(model_.grad(i));
     if (adamw_)
-      be.quantized_adamw_update(store.qtensor(i), store.value(i), model_.grad(i), m_[i], v_[i],
-                                with_weight_decay(adamw, wd), qs);
+      be.quantized_adamw_update(q, master, grad, m_[i], v_[i], with_weight_decay(adamw, wd), qs,
+                                rows);
     else
-      be.quantized_sgdm_update(store.qtensor(i), store.value(i), model_.grad(i), m_[i],
-                               with_weight_decay(sgdm, wd), qs);
+      be.quantized_sgdm_update(q, master, grad, m_[i], with_weight_decay(sgdm, wd), qs, rows);
   }
-  if (plain_.empty()) return;
-  if (adamw_)
-    be.adamw_update_many(plain_, adamw);
-  else
-    be.sgdm_update_many(plain_, sgdm);
+  if (!plain_.empty()) {
+    if (adamw_)
+      be.adamw_update_many(plain_, adamw);
+    else
+      be.sgdm_update_many(plain_, sgdm);
+  }
+  if (sharded()) all_gather_weights();
+}
+
+void Optimizer::all_gather_weights() {
+  Backend& be = model_.backend();
+  const ScopedRange range(be, "ZeRO-1 all-gather");
+  gathered_quantized_ = gathered_values_ = 0;
+  for (ParamArena kind : {ParamArena::Codes, ParamArena::Scales, ParamArena::Values}) {
+    const Tensor& buf = model_.store().arena(kind).buffer;
+    if (buf.empty()) continue;
+    const std::vector<int64_t>& bounds = arena_bounds_[size_t(kind)];
+    if (be.host_memory()) {
+      comm_->all_gather(buf.data, bounds);
+    } else {  // device memory through the host (a device communicator is the faster way)
+      staging_.resize(buf.bytes());
+      be.copy_to_host(staging_.data(), buf);
+      comm_->all_gather(staging_.data(), bounds);
+      be.copy_from_host(buf, staging_.data());
+    }
+    (kind == ParamArena::Values ? gathered_values_ : gathered_quantized_) += int64_t(buf.bytes());
+  }
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
@@ -86,8 +160,17 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   const auto& specs = model_.table().specs;
   for (size_t i = 0; i < specs.size(); ++i) {
     out.emplace_back(specs[i].name + ".m", m_[i]);
-    if (!v_[i].empty()) out.emplace_back(specs[i].name + ".v", v_[i]);
+    if (adamw_) out.emplace_back(specs[i].name + ".v", v_[i]);
   }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> Optimizer::state_bounds() const {
+  std::vector<std::vector<int64_t>> out;
+  const auto& specs = model_.table().specs;
+  for (size_t i = 0; i < specs.size(); ++i)
+    for (int k = 0; k < (adamw_ ? 2 : 1); ++k)
+      out.push_back(sharded() ? shards_.tensor_bounds(i, m_[i].dtype) : std::vector<int64_t>{});
   return out;
 }
 

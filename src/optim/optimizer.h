@@ -1,6 +1,8 @@
 // The optimizer: AdamW or SGD with momentum (EMA form) over the model's parameters, with the
 // treatment's update policy for quantized block linears (master weights, naive requantization,
 // or ECO's error injection into the momentum). Global-norm clipping is fused into the update.
+// Under ZeRO-1 (parallel.zero: 1; optim/zero_shards.h) each rank keeps the moments of its own
+// rows only, updates those rows, and all-gathers the stored weights (codes, scales, values).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,7 +10,9 @@
 #include <vector>
 
 #include "core/config.h"
+#include "dist/communicator.h"
 #include "model/transformer.h"
+#include "optim/zero_shards.h"
 
 namespace eco {
 
@@ -17,16 +21,31 @@ class Optimizer {
   // Allocates the moments (m, and v for AdamW): backend dtype for plain parameters, and
   // cfg.state_dtype (fp32 or bf16) for quantized ones, one arena per moment and dtype
   // (model/arena.h). `seed` keys the SR random streams.
-  Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed = 0);
+  // zero_world > 1: ZeRO-1 over that many ranks, this process being `rank`; `comm` carries the
+  // step's collectives (null only for a plan, which takes no step).
+  Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed = 0, int zero_world = 1,
+            int rank = 0, Communicator* comm = nullptr);
 
-  // The L2 norm of all gradients (computed in double).
+  // The L2 norm of all gradients: one double partial per ZeRO piece, added in piece order, so the
+  // bits do not depend on the sharding. Under ZeRO-1 the gradient must hold the reduced sum in
+  // this rank's range (grad_bounds), and the ranks exchange their partials.
   double grad_norm();
-  // One update with learning rate `lr`, clipping to cfg.grad_clip given the gradient norm.
+  // One update with learning rate `lr`, clipping to cfg.grad_clip given the gradient norm; under
+  // ZeRO-1 of this rank's rows, then every rank's rows of the stored weights all-gathered.
   void step(double lr, double grad_norm);
+  bool sharded() const { return shards_.world() > 1; }
+  const ZeroShards& shards() const { return shards_; }
+  // Bytes all-gathered per step under ZeRO-1 (the whole payload, every rank's range): the
+  // quantized weights' codes and scales, and the values (plain parameters, masters).
+  int64_t gathered_quantized_bytes() const { return gathered_quantized_; }
+  int64_t gathered_value_bytes() const { return gathered_values_; }
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }  // resume
-  // Every persistent tensor (moments), named, for checkpoints.
+  // Every persistent tensor (moments), named, for checkpoints: under ZeRO-1 this rank's rows.
   std::vector<std::pair<std::string, Tensor>> state() const;
+  // For each state() entry, the world + 1 byte offsets of the ranks' pieces of the whole tensor
+  // (ZeroShards::tensor_bounds); empty when every rank holds it whole.
+  std::vector<std::vector<int64_t>> state_bounds() const;
   // The moments' arenas ("m f32", "v f32", and "m bf16", "v bf16" under state_dtype bf16): each
   // one buffer with its table of tensors.
   const std::vector<Arena>& moment_arenas() const { return arenas_; }
@@ -40,6 +59,16 @@ class Optimizer {
   std::vector<Tensor> m_, v_;  // per parameter: views into arenas_
   std::vector<PlainUpdate> plain_;  // this step's unquantized updates (kept: no per-step allocation)
   int64_t t_ = 0;
+  ZeroShards shards_;
+  int rank_;
+  Communicator* comm_;
+  std::vector<std::pair<int64_t, int64_t>> rows_;  // per parameter: this rank's rows
+  std::vector<double> partials_;                   // grad_norm's, one per piece
+  std::vector<int64_t> arena_bounds_[3];           // by ParamArena (ZeRO-1)
+  std::vector<char> staging_;                      // device arenas' way through host memory
+  int64_t gathered_quantized_ = 0, gathered_values_ = 0;
+
+  void all_gather_weights();
 };
 
 // Learning rate at `step` (0-based): linear warmup to lr over `warmup` steps, then cosine or

@@ -59,7 +59,9 @@ MemoryFit memory_fit(const Config& cfg) {
   {
     Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
                       cfg.precision.quantize);
-    Optimizer opt(cfg.optim, model);
+    const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.dp : 1;
+    Optimizer opt(cfg.optim, model, 0, zero_world,
+                  ZeroShards(model.store(), zero_world).largest_rank());
     alloc_trainer_buffers(*be, cfg, model);
   }
   MemoryFit fit;

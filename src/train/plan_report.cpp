@@ -45,7 +45,10 @@ std::string plan_report(const Config& cfg) {
   auto be = make_planning_backend(cfg.device);
   Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
                     cfg.precision.quantize);
-  Optimizer opt(cfg.optim, model);
+  // Under ZeRO-1 the plan is the rank with the most rows' moments.
+  const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.dp : 1;
+  const int plan_rank = ZeroShards(model.store(), zero_world).largest_rank();
+  Optimizer opt(cfg.optim, model, 0, zero_world, plan_rank);
   alloc_trainer_buffers(*be, cfg, model);
   const auto& ledger = be->ledger();
   const int64_t q = model.store().count_in_scope();
@@ -85,12 +88,35 @@ std::string plan_report(const Config& cfg) {
     // rank-ordered chunks, then an all-gather) sends 2 (w - 1) / w of the fp32 gradients.
     const double w = par.world();
     const double grad_bytes = double(model.table().total) * double(dtype_size(be->dtype()));
-    s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero {}; the table above is per rank\n",
-                     par.dp, par.ep, par.world(), par.zero);
-    s += fmt::format("collectives per step and rank: gradient all-reduce sends {:.1f} MiB "
-                     "({:.2f} bytes per parameter)\n",
-                     grad_bytes * 2 * (w - 1) / w / 1048576.0,
-                     grad_bytes * 2 * (w - 1) / w / double(model.table().total));
+    if (par.zero == 0) {
+      s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero 0; the table above is per rank\n",
+                       par.dp, par.ep, par.world());
+      s += fmt::format("collectives per step and rank: gradient all-reduce sends {:.1f} MiB "
+                       "({:.2f} bytes per parameter)\n",
+                       grad_bytes * 2 * (w - 1) / w / 1048576.0,
+                       grad_bytes * 2 * (w - 1) / w / double(model.table().total));
+    } else {
+      // ZeRO-1: the gradients' reduce-scatter sends (w - 1) / w of them; the all-gather of the
+      // stored weights sends this rank's rows to the w - 1 others (about (w - 1) / w of them).
+      const ZeroShards& sh = opt.shards();
+      const double mine = double(sh.elements(plan_rank)) / double(model.table().total);
+      const auto arena_bytes = [&](ParamArena k) {
+        return double(model.store().arena(k).elements()) *
+               double(k == ParamArena::Values ? dtype_size(be->dtype()) : k == ParamArena::Codes ? 1 : 4);
+      };
+      const double codes = arena_bytes(ParamArena::Codes) + arena_bytes(ParamArena::Scales);
+      const double values = arena_bytes(ParamArena::Values);
+      s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero 1 (ZeRO-1: moments of {:.1f}% of "
+                       "the rows here); the table above is rank {}'s, the largest share\n",
+                       par.dp, par.ep, par.world(), 100 * mine, plan_rank);
+      s += fmt::format("collectives per step and rank: gradient reduce-scatter sends {:.1f} MiB; "
+                       "weight all-gather sends {:.1f} MiB (codes + scales {:.1f} MiB, values "
+                       "{:.1f} MiB, of {:.1f} + {:.1f} MiB gathered)\n",
+                       grad_bytes * (w - 1) / w / 1048576.0,
+                       (codes + values) * mine * (w - 1) / 1048576.0,
+                       codes * mine * (w - 1) / 1048576.0, values * mine * (w - 1) / 1048576.0,
+                       codes / 1048576.0, values / 1048576.0);
+    }
   }
   for (const std::string& note : be->plan_notes()) s += note + "\n";
   return s;

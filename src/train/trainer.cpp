@@ -46,7 +46,10 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   backend_ = make_backend(cfg_.device);
   model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
                                          cfg_.precision.treatment, cfg_.precision.quantize);
-  opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed);
+  opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed,
+                                     par.zero == 1 ? par.dp : 1,
+                                     par.zero == 1 ? comm_->rank() : 0, comm_);
+  if (opt_->sharded()) grad_bounds_ = opt_->shards().grad_bounds();
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,
                    cfg_.train.seed, cfg_.data.shuffle};
@@ -84,28 +87,35 @@ std::string Trainer::sample(int n_tokens, uint64_t seed) {
 }
 
 void Trainer::save(int64_t step, Progress& p) {
-  // Only the writing rank copies the state off the device (issue 8 decides how sharded state
-  // reaches it).
-  if (!run_dir_.writes()) {
-    p.saved = step;
-    return;
+  // Only the writing rank (0) copies the state off the device; under ZeRO-1 every rank sends it
+  // its rows of the moments. Rank 0's verdict on the state (finite or not) reaches every rank.
+  int32_t diverged = 0;
+  if (run_dir_.writes() || opt_->sharded()) {
+    const NamedTensors tensors = persistent_tensors(*model_, *opt_);
+    const CheckpointState st = capture_state(cfg_, step, *backend_, tensors,
+                                             persistent_bounds(*model_, *opt_), comm_);
+    if (run_dir_.writes()) {
+      if (const std::string bad = first_non_finite(st, tensors); !bad.empty()) {
+        log_.error("training diverged by step {}: {}; no checkpoint of it written{}", step, bad,
+                   p.saved >= 0 ? fmt::format(" (the last, of step {}, is kept)", p.saved) : "");
+        diverged = 1;
+      } else {
+        const std::string path = run_dir_.save_checkpoint(st, cfg_.train.keep_checkpoints);
+        log_.info("checkpoint {} written", path);
+      }
+    }
   }
-  const NamedTensors tensors = persistent_tensors(*model_, *opt_);
-  const CheckpointState st = capture_state(cfg_, step, *backend_, tensors);
-  if (const std::string bad = first_non_finite(st, tensors); !bad.empty()) {
-    log_.error("training diverged by step {}: {}; no checkpoint of it written{}", step, bad,
-               p.saved >= 0 ? fmt::format(" (the last, of step {}, is kept)", p.saved) : "");
+  if (comm_->world() > 1) comm_->broadcast(&diverged, sizeof diverged, 0);
+  if (diverged) {
     p.diverged = true;
     return;
   }
-  const std::string path = run_dir_.save_checkpoint(st, cfg_.train.keep_checkpoints);
   p.saved = step;
-  log_.info("checkpoint {} written", path);
 }
 
 int64_t Trainer::restore(const CheckpointState& st, const std::string& path) {
-  const int64_t step =
-      restore_state(st, path, cfg_, *backend_, persistent_tensors(*model_, *opt_));
+  const int64_t step = restore_state(st, path, cfg_, *backend_, persistent_tensors(*model_, *opt_),
+                                     persistent_bounds(*model_, *opt_), comm_->rank());
   opt_->set_steps_taken(step);
   log_.info("resumed from {} at step {}", path, step);
   return step;
@@ -219,6 +229,15 @@ void Trainer::log_run_header() {
     log_.info("training {} steps of {} tokens ({} x {} x {} accum), {} threads",
               cfg_.total_steps(), cfg_.tokens_per_step(), tc.batch_size, cfg_.model.seq_len,
               tc.grad_accum, omp_get_max_threads());
+  if (opt_->sharded()) {
+    const ZeroShards& sh = opt_->shards();
+    const int64_t total = model_->table().total;
+    log_.info("ZeRO-1: each rank updates and keeps the moments of its own rows (rank 0: {} of {} "
+              "parameters, {:.1f}%; largest share: rank {}); {} of {} parameters divided between "
+              "ranks by rows, the rest whole",
+              sh.elements(0), total, 100.0 * double(sh.elements(0)) / double(total),
+              sh.largest_rank(), sh.split_params(), model_->table().specs.size());
+  }
 }
 
 Trainer::StepResult Trainer::train_step(int64_t step) {
@@ -276,17 +295,25 @@ void Trainer::reduce_gradients() {
     backend_->add_inplace(g, grad_acc_, g.numel());
   }
   if (comm_->world() == 1) return;
-  const ScopedRange range(*backend_, "gradient all-reduce");
+  // ZeRO-1: each rank receives the sum of its own range only (the optimizer's rows).
+  const bool scatter = opt_->sharded();
+  const ScopedRange range(*backend_, scatter ? "gradient reduce-scatter" : "gradient all-reduce");
   ECO_ASSERT(g.dtype == DType::F32, "data-parallel gradients in {}", dtype_name(g.dtype));
-  if (cfg_.device == Device::Cpu) {  // host memory: summed in place
-    comm_->all_reduce_sum(g.as<float>(), g.numel());
+  const auto reduce = [&](float* x) {
+    if (scatter)
+      comm_->reduce_scatter_sum(x, grad_bounds_);
+    else
+      comm_->all_reduce_sum(x, g.numel());
+  };
+  if (backend_->host_memory()) {  // summed in place
+    reduce(g.as<float>());
     return;
   }
   // GPU gradients go through host memory over MPI: correct and rank-order deterministic, but
   // bound by PCIe and the network stack; NCCL (device to device) is the next step (issue 14).
   grads_host_.resize(size_t(g.numel()));
   backend_->copy_to_host(grads_host_.data(), g);
-  comm_->all_reduce_sum(grads_host_.data(), g.numel());
+  reduce(grads_host_.data());
   backend_->copy_from_host(g, grads_host_.data());
 }
 
@@ -382,11 +409,30 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
         {"communicator", comm_->name()},
         {"world", comm_->world()},
         {"dp", cfg_.parallel.dp},
-        {"bytes_sent", {{"all_reduce", b.all_reduce}, {"all_gather", b.all_gather},
+        {"zero", cfg_.parallel.zero},
+        {"bytes_sent", {{"all_reduce", b.all_reduce}, {"reduce_scatter", b.reduce_scatter},
+                        {"all_gather", b.all_gather}, {"gather", b.gather},
                         {"broadcast", b.broadcast}, {"total", b.total()}}},
         {"bytes_sent_per_step", double(b.total()) / double(steps)},
         {"bytes_sent_per_param_per_step",
          double(b.total()) / double(steps) / double(model_->table().total)}};
+    if (opt_->sharded()) {
+      // ZeRO-1's all-gather of the stored weights, per step: the whole payload (every rank's
+      // range) over the parameters it holds. Quantized: codes + scales (bf16 weights would be 2).
+      const ParamStore& store = model_->store();
+      int64_t quantized = 0, values = 0;
+      for (size_t i = 0; i < store.size(); ++i) {
+        if (store.quantized(i)) quantized += model_->table().specs[i].numel();
+        if (store.storage(i).value) values += model_->table().specs[i].numel();
+      }
+      nlohmann::json& z = summary["parallel"]["zero1_all_gather"];
+      z["quantized_bytes_per_step"] = opt_->gathered_quantized_bytes();
+      z["value_bytes_per_step"] = opt_->gathered_value_bytes();
+      if (quantized > 0)
+        z["bytes_per_quantized_param"] = double(opt_->gathered_quantized_bytes()) / double(quantized);
+      if (values > 0)
+        z["bytes_per_value"] = double(opt_->gathered_value_bytes()) / double(values);
+    }
   }
   if (nlohmann::json prof = profile.finish(log_); !prof.is_null()) summary["profile"] = prof;
   run_dir_.write_summary(summary);

@@ -121,6 +121,7 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;  // one micro-batch, (B, T) each
   Tensor grad_acc_;  // the micro-batches' gradient sum (grad_accum > 1; grads()' shape)
   std::vector<float> grads_host_;  // device: cuda with several ranks: the sum goes through it
+  std::vector<int64_t> grad_bounds_;  // ZeRO-1: the ranks' ranges of the flat gradient
 };
 
 }  // namespace eco

@@ -14,16 +14,38 @@ NamedTensors persistent_tensors(Transformer& model, const Optimizer& opt) {
   return all;
 }
 
+TensorBounds persistent_bounds(Transformer& model, const Optimizer& opt) {
+  TensorBounds all(model.store().state().size());
+  for (auto& b : opt.state_bounds()) all.push_back(std::move(b));
+  return all;
+}
+
 CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
-                              const NamedTensors& tensors) {
+                              const NamedTensors& tensors, const TensorBounds& bounds,
+                              Communicator* comm) {
   CheckpointState st;
   st.step = step;
   st.tokens = step * cfg.tokens_per_step();
   st.fingerprint = model_fingerprint(cfg);
   st.config_yaml = to_yaml(cfg);
-  for (const auto& [name, t] : tensors) {
-    std::vector<char> blob(t.bytes());
-    backend.copy_to_host(blob.data(), t);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
+    const std::vector<int64_t>* b = i < bounds.size() && !bounds[i].empty() ? &bounds[i] : nullptr;
+    if (!b) {
+      std::vector<char> blob(t.bytes());
+      backend.copy_to_host(blob.data(), t);
+      st.sections.emplace_back(name, std::move(blob));
+      continue;
+    }
+    ECO_ASSERT(comm, "a sharded checkpoint section '{}' without a communicator", name);
+    const int r = comm->rank();
+    const int64_t begin = (*b)[size_t(r)], end = (*b)[size_t(r) + 1];
+    ECO_ASSERT(end - begin == int64_t(t.bytes()), "section '{}': rank {} holds {} bytes, its range "
+               "{}", name, r, t.bytes(), end - begin);
+    std::vector<char> blob(size_t(b->back()));
+    if (t.bytes() > 0) backend.copy_to_host(blob.data() + begin, t);
+    comm->gather(blob.data(), *b, 0);
+    if (r != 0) blob.clear();  // only rank 0 writes
     st.sections.emplace_back(name, std::move(blob));
   }
   return st;
@@ -57,7 +79,8 @@ std::string first_non_finite(const CheckpointState& st, const NamedTensors& tens
 }
 
 int64_t restore_state(const CheckpointState& st, const std::string& path, const Config& cfg,
-                      Backend& backend, const NamedTensors& tensors) {
+                      Backend& backend, const NamedTensors& tensors, const TensorBounds& bounds,
+                      int rank) {
   const std::string want = model_fingerprint(cfg);
   if (st.fingerprint != want)
     usage_error("{}: checkpoint was written by an incompatible config (checkpoint: {}; this config: {})",
@@ -73,12 +96,15 @@ int64_t restore_state(const CheckpointState& st, const std::string& path, const 
   if (st.sections.size() != tensors.size())
     runtime_error("{}: checkpoint has {} tensors, this run has {}", path, st.sections.size(),
                   tensors.size());
-  for (const auto& [name, t] : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
     const auto& blob = st.section(name, path);
-    if (blob.size() != t.bytes())
-      runtime_error("{}: section '{}' has {} bytes, expected {}", path, name, blob.size(),
-                    t.bytes());
-    backend.copy_from_host(t, blob.data());
+    const std::vector<int64_t>* b = i < bounds.size() && !bounds[i].empty() ? &bounds[i] : nullptr;
+    const size_t whole = b ? size_t(b->back()) : t.bytes();
+    if (blob.size() != whole)
+      runtime_error("{}: section '{}' has {} bytes, expected {}", path, name, blob.size(), whole);
+    const size_t begin = b ? size_t((*b)[size_t(rank)]) : 0;
+    if (t.bytes() > 0) backend.copy_from_host(t, blob.data() + begin);
   }
   if (st.step > cfg.total_steps())
     usage_error("{}: checkpoint is at step {}, beyond this run's {} steps", path, st.step,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "dist/communicator.h"
 #include "model/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -19,9 +20,18 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // The model's stored tensors, then the optimizer's: the checkpoint's sections in order.
 NamedTensors persistent_tensors(Transformer& model, const Optimizer& opt);
 
-// The state after `step` optimizer steps, copied to the host.
+// For each persistent_tensors entry, the world + 1 byte offsets of the ranks' pieces of the
+// whole tensor when the ranks hold it sharded (ZeRO-1's moments), else empty.
+using TensorBounds = std::vector<std::vector<int64_t>>;
+TensorBounds persistent_bounds(Transformer& model, const Optimizer& opt);
+
+// The state after `step` optimizer steps, copied to the host. Sharded entries (bounds non-empty;
+// `comm` then required) are gathered to rank 0, whose state holds every tensor whole; the state
+// other ranks return is incomplete and must not be written. Every rank calls it when any entry
+// is sharded.
 CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
-                              const NamedTensors& tensors);
+                              const NamedTensors& tensors, const TensorBounds& bounds = {},
+                              Communicator* comm = nullptr);
 
 // The first float value (F32, F64, BF16 tensors) that is NaN or infinite in `st`, as
 // "'h.0.attn.qkv.weight.m' holds nan"; "" when every value is finite. A checkpoint is written
@@ -32,7 +42,10 @@ std::string first_non_finite(const CheckpointState& st, const NamedTensors& tens
 // a checkpoint of another model (fingerprint), of another trajectory (trajectory_differences:
 // seed, lr, batch, schedule, ...), one whose sections do not match, or one beyond the run's
 // steps.
+// Sharded entries (bounds) take this rank's bytes of the whole tensor the checkpoint holds, so a
+// checkpoint resumes at any world size and zero stage.
 int64_t restore_state(const CheckpointState& st, const std::string& path, const Config& cfg,
-                      Backend& backend, const NamedTensors& tensors);
+                      Backend& backend, const NamedTensors& tensors,
+                      const TensorBounds& bounds = {}, int rank = 0);
 
 }  // namespace eco

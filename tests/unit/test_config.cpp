@@ -425,14 +425,15 @@ TEST(ConfigParallel, DefaultsToOneProcessAndScalesTheGlobalBatchByDp) {
   // several do, and read back the same.
   EXPECT_EQ(eco::to_yaml(one).find("parallel"), std::string::npos);
   EXPECT_EQ(parse(eco::to_yaml(four)).parallel.dp, 4);
+  const Config zero1 = parse(base_yaml("model: {seq_len: 8}\nparallel: {dp: 2, zero: 1}\n"));
+  EXPECT_EQ(zero1.parallel.zero, 1);
+  EXPECT_EQ(parse(eco::to_yaml(zero1)).parallel.zero, 1);
 }
 
 TEST(ConfigParallel, RefusesWhatIsNotBuiltOrOutOfRange) {
   expect_config_error(base_yaml("parallel: {dp: 0}\n"), {kOrigin, "parallel.dp", "[1, 65536]"});
   expect_config_error(base_yaml("parallel: {ep: 2}\n"),
                       {kOrigin, "parallel.ep", "expert parallelism is not built yet"});
-  expect_config_error(base_yaml("parallel: {zero: 1}\n"),
-                      {kOrigin, "parallel.zero", "ZeRO-1 is not built yet"});
   expect_config_error(base_yaml("parallel: {zero: 2}\n"), {kOrigin, "parallel.zero", "0 or 1"});
   expect_config_error(base_yaml("parallel: {tp: 2}\n"), {kOrigin, "parallel.tp"});
   expect_config_error(base_yaml("parallel: {timeout_s: -1}\n"),
