@@ -2,7 +2,8 @@
 # one) end byte-identical to one rank accumulating 2 micro-batches, under bf16-mw and fp8-eco-sr
 # (every block linear's forward the FP8 GEMM). The gradients are summed over MPI through host
 # memory in rank order. Skips (77) without mpirun, without MPI or CUDA in the build, or without
-# a GPU: scripts/gpu_check.sh runs it on a GPU machine.
+# a GPU: scripts/gpu_check.sh runs it on a GPU machine. ZeRO-1 (zero: 1) on 2 CUDA ranks, its
+# codes and scales all-gathered through host memory, ends byte-identical too.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
@@ -14,7 +15,7 @@ echo "device: cuda" >>cfg.yaml
 common=(--set train.max_steps=10 --set train.batch_size=2 --set train.sample_tokens=0
   --set train.log_interval=5)
 probe=$("$ECO_TRAIN" cfg.yaml "${common[@]}" --set train.max_steps=1 --set train.out_dir="$WORK/probe" 2>&1) || {
-  grep -qE "no CUDA GPU is visible|without CUDA|built without" <<<"$probe" &&
+  grep -qE "no CUDA GPU is visible|without CUDA|built without|no CUDA backend" <<<"$probe" &&
     { echo "SKIP: no GPU or no CUDA build: $(tail -1 <<<"$probe")"; exit 77; }
   echo "$probe"; fail "one CUDA step failed"; }
 run() {
@@ -31,3 +32,8 @@ for t in bf16-mw fp8-eco-sr; do
     { cat "diff_$t.txt"; fail "$t: 2 CUDA ranks differ from one rank accumulating 2"; }
   echo "ok: $t on CUDA, 2 ranks == 1 rank x 2 micro-batches ($(tail -1 "diff_$t.txt"))"
 done
+rm -rf "$WORK/dp2_fp8-eco-sr"
+run dp2_fp8-eco-sr 2 --set precision.treatment=fp8-eco-sr --set parallel.zero=1
+"$CKPT" diff "$WORK/one_fp8-eco-sr/ckpt_00000010.bin" "$WORK/dp2_fp8-eco-sr/ckpt_00000010.bin" \
+  >diff_zero1.txt || { cat diff_zero1.txt; fail "ZeRO-1 on 2 CUDA ranks differs from one rank"; }
+echo "ok: fp8-eco-sr ZeRO-1 on CUDA, 2 ranks == 1 rank x 2 micro-batches ($(tail -1 diff_zero1.txt))"

@@ -4,12 +4,16 @@
 //    with values whose sum depends on the order (3 ranks or more: another order would fail), for
 //    sizes that do not divide by the world; doubles too; int64 sums and maxima exact;
 //  - all_gather in rank order, broadcast from a non-zero root;
-//  - the byte counters: an all-reduce of n floats sends 2 n (w - 1) floats over all ranks.
+//  - the byte counters: an all-reduce of n floats sends 2 n (w - 1) floats over all ranks;
+//  - ZeRO-1's range collectives over uneven ranges (one empty): reduce_scatter_sum gives each
+//    rank the rank-order fold of its range, all_gather and gather move each rank's bytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <vector>
 
@@ -92,6 +96,70 @@ TEST(MpiCommunicator, CountsTheBytesItSends) {
   int64_t sent = comm->bytes_sent().all_reduce - before;
   comm->all_reduce_sum(&sent, 1);  // over all ranks
   EXPECT_EQ(sent, 2 * n * (w - 1) * int64_t(sizeof(float)));
+}
+
+// Uneven ranges over n elements, one of them empty (with 2 ranks or more): rank r's range.
+std::vector<int64_t> uneven_bounds(int w, int64_t n) {
+  std::vector<int64_t> b(size_t(w) + 1, n);
+  b[0] = 0;
+  for (int r = 1; r < w; ++r) b[size_t(r)] = r == 1 ? b[0] : std::min(n, b[size_t(r) - 1] + n / w + 3 * r);
+  return b;
+}
+
+TEST(MpiCommunicator, ReduceScatterSumGivesEachRankTheRankOrderFoldOfItsRange) {
+  const int w = comm->world(), r = comm->rank();
+  for (int64_t n : {int64_t(7), int64_t(1001)}) {
+    const std::vector<int64_t> b = uneven_bounds(w, n);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = value<float>(r, i);
+    const int64_t before = comm->bytes_sent().reduce_scatter;
+    comm->reduce_scatter_sum(x.data(), b);
+    for (int64_t i = b[size_t(r)]; i < b[size_t(r) + 1]; ++i) {
+      float fold = 0.0f;
+      for (int q = 0; q < w; ++q) fold += value<float>(q, i);
+      ASSERT_EQ(std::memcmp(&x[size_t(i)], &fold, sizeof fold), 0)
+          << "n " << n << " element " << i << ": " << x[size_t(i)] << " vs " << fold;
+    }
+    // Each rank sends every other rank's range once: (w - 1) n floats over all ranks.
+    int64_t sent = comm->bytes_sent().reduce_scatter - before;
+    comm->all_reduce_sum(&sent, 1);
+    EXPECT_EQ(sent, (w - 1) * n * int64_t(sizeof(float)));
+  }
+}
+
+TEST(MpiCommunicator, AllGatherAndGatherOfRangesMoveEachRanksBytes) {
+  const int w = comm->world(), r = comm->rank();
+  const int64_t n = 1000;
+  const std::vector<int64_t> b = uneven_bounds(w, n);
+  const auto owner = [&](int64_t i) {
+    int q = 0;
+    while (i >= b[size_t(q) + 1]) ++q;
+    return q;
+  };
+  // Rank r's bytes carry r in their own range and 0xEE elsewhere.
+  const auto fill = [&](std::vector<unsigned char>& buf) {
+    for (int64_t i = 0; i < n; ++i)
+      buf[size_t(i)] = owner(i) == r ? (unsigned char)(r * 16 + i % 7) : 0xEE;
+  };
+  std::vector<unsigned char> buf(static_cast<size_t>(n));
+  fill(buf);
+  comm->all_gather(buf.data(), b);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(buf[size_t(i)], (unsigned char)(owner(i) * 16 + i % 7)) << "all_gather byte " << i;
+  const int root = w - 1;
+  fill(buf);
+  const int64_t before = comm->bytes_sent().gather;
+  comm->gather(buf.data(), b, root);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool known = r == root || owner(i) == r;
+    ASSERT_EQ(buf[size_t(i)], known ? (unsigned char)(owner(i) * 16 + i % 7) : 0xEE)
+        << "gather to " << root << ", byte " << i << " on rank " << r;
+  }
+  int64_t sent = comm->bytes_sent().gather - before;
+  comm->all_reduce_sum(&sent, 1);
+  EXPECT_EQ(sent, n - (b[size_t(root) + 1] - b[size_t(root)]));
+  // Bounds that do not cover the buffer are refused, on every rank alike.
+  EXPECT_THROW(comm->all_gather(buf.data(), std::vector<int64_t>(size_t(w), 0)), std::exception);
 }
 
 }  // namespace
