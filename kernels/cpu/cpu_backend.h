@@ -255,6 +255,12 @@ class CpuBackend : public Backend {
   }
 
   double sum_squares(const Tensor& x, int64_t n) override { return cpu::sum_squares(p(x), n); }
+  void sum_squares_segments(const Tensor& x, const std::vector<SumSegment>& segs,
+                            double* out) override {
+    ECO_CPU_OP("sum_squares_segments");
+    check_sum_segments(x, segs);
+    cpu::sum_squares_segments(out, p(x), segs.data(), int64_t(segs.size()));
+  }
 
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     int64_t n, const AdamWCoeffs& c) override {

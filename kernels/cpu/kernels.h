@@ -11,6 +11,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/common/sum_segment.h"
+
 namespace eco::cpu {
 
 // ---- matmul -------------------------------------------------------------------------------
@@ -104,6 +106,12 @@ void crossentropy_forward_backward(T* losses, T* dlogits, const T* logits,
 // sum of squares of x (n), accumulated in double, deterministic.
 template <class T>
 double sum_squares(const T* x, int64_t n);
+// out (count) [k] = sum of x[i]^2 in double over segment k, i in [segs[k].offset, + length):
+// 8 lanes (element j of the segment to lane j % 8, the ragged tail to lane 0) added in lane
+// order, so each segment's bits depend on its length (and values) alone, not on its offset, the
+// other segments or the thread count. Segments must lie inside x (not checked here).
+template <class T>
+void sum_squares_segments(double* out, const T* x, const SumSegment* segs, int64_t count);
 // x (n) *= s
 template <class T>
 void scale_inplace(T* x, float s, int64_t n);

@@ -595,6 +595,22 @@ class CudaBackend final : public Backend {
     synchronize();
     return h;
   }
+  // The segment table goes up and the partials come back through two scratches that grow to the
+  // largest list asked (the same list every step: they grow once); a synchronisation, as above.
+  void sum_squares_segments(const Tensor& x, const std::vector<SumSegment>& segs,
+                            double* out) override {
+    ECO_OP("sum_squares_segments");
+    check_sum_segments(x, segs);
+    if (segs.empty()) return;
+    const size_t n = segs.size();
+    SumSegment* d_segs = segment_table_.get<SumSegment>(n, s(), ledger_);
+    double* d_out = segment_sums_.get<double>(n, s(), ledger_);
+    ECO_CHECK_CUDA(
+        cudaMemcpyAsync(d_segs, segs.data(), n * sizeof(SumSegment), cudaMemcpyHostToDevice, s()));
+    ECO_CHECK_CUDA(cuda::sum_squares_segments(d_out, f32(x), d_segs, int64_t(n), s()));
+    ECO_CHECK_CUDA(cudaMemcpyAsync(out, d_out, n * sizeof(double), cudaMemcpyDeviceToHost, s()));
+    synchronize();
+  }
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     int64_t n, const AdamWCoeffs& c) override {
     ECO_OP("adamw_update");
@@ -867,6 +883,8 @@ class CudaBackend final : public Backend {
   CudaAttention attention_request_;  // ECO_CUDA_ATTENTION, read once
   std::vector<DeviceBuffer> buffers_;
   void* sum_squares_ = nullptr;  // 1 + kSumSquaresScratch doubles: the result, then the partials
+  GrowingScratch segment_table_{"sum_squares_segments table", sizeof(SumSegment)};
+  GrowingScratch segment_sums_{"sum_squares_segments partials", sizeof(double)};
   GrowingScratch scratch_f32_{"cuda scratch (fp32)", sizeof(float)};
   GrowingScratch weight_bf16_{cuda_ws::kWeightBf16Name, sizeof(bf16)};
   GrowingScratch fp8_act_{cuda_ws::kFp8ActivationsName, 1};

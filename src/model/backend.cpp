@@ -1,6 +1,7 @@
 // The Backend's default operations: the (emulated) quantized linear layer, the (unpadded)
-// language-model head, unfused residual + norm and per-tensor plain updates. make_backend is in
-// make_backend.cpp, so that linking the CPU backend alone (tests/emu) needs no CUDA backend.
+// language-model head, unfused residual + norm, per-tensor plain updates; the segment check of
+// sum_squares_segments. make_backend is in make_backend.cpp, so that linking the CPU backend
+// alone (tests/emu) needs no CUDA backend.
 #include "model/backend.h"
 
 #include "core/error.h"
@@ -54,6 +55,17 @@ void Backend::residual_norm_forward(const Tensor& resid, const Tensor& out, cons
     rmsnorm_forward(out, rstd, resid, w, N, C, eps);
   else
     layernorm_forward(out, mean, rstd, resid, w, bias, N, C, eps);
+}
+
+void check_sum_segments(const Tensor& x, const std::vector<SumSegment>& segs) {
+  const int64_t n = x.numel();
+  for (size_t k = 0; k < segs.size(); ++k) {
+    const SumSegment& g = segs[k];
+    if (g.offset < 0 || g.length < 0 || g.offset > n || g.length > n - g.offset)
+      runtime_error("sum_squares_segments: segment {} (offset {}, length {}) is outside the "
+                    "tensor's {} elements",
+                    k, g.offset, g.length, n);
+  }
 }
 
 void Backend::adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWCoeffs& c) {

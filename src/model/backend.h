@@ -20,6 +20,7 @@
 #include "kernels/common/moe_router.h"
 #include "kernels/common/moe_stats.h"
 #include "kernels/common/optimizer_rules.h"
+#include "kernels/common/sum_segment.h"
 
 namespace eco {
 
@@ -278,6 +279,15 @@ class Backend {
   // once per step, and reach the element math unchanged; the per-parameter weight decay is
   // already in them (the *_many updates take it from each PlainUpdate).
   virtual double sum_squares(const Tensor& x, int64_t n) = 0;
+  // out[k] = the sum over i in [segs[k].offset, segs[k].offset + segs[k].length) of
+  // double(x[i])^2, for every k (SumSegment: kernels/common/sum_segment.h, elements of x viewed
+  // flat). Each segment's sum is computed in an order fixed by its length alone: the same segment
+  // asked alone, among others, with any thread count or launch gives the same bits (the caller
+  // adds the partials in a fixed order: optim's sharding-independent gradient norm). x: F32 (F64
+  // on the CPU gradient-check backend); out: host memory, segs.size() doubles. Empty segs:
+  // nothing. A segment outside x is an error naming it (check_sum_segments).
+  virtual void sum_squares_segments(const Tensor& x, const std::vector<SumSegment>& segs,
+                                    double* out) = 0;
   // One AdamW step over n elements of a parameter (param, grad, m, v are parallel arrays).
   virtual void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
                             const Tensor& v, int64_t n, const AdamWCoeffs& c) = 0;
@@ -342,6 +352,10 @@ class ScopedRange {
  private:
   Backend& be_;
 };
+
+// Raises an error naming the first segment of segs that is not inside x's numel() elements
+// (a negative offset or length, or one past the end); the backends call it before summing.
+void check_sum_segments(const Tensor& x, const std::vector<SumSegment>& segs);
 
 // The CPU reference backend in fp32 (training) or fp64 (gradient checks).
 std::unique_ptr<Backend> make_cpu_backend(DType dtype = DType::F32);

@@ -1,5 +1,6 @@
 // The CUDA backend's operations that have no kernel test of their own (quantize with every
-// granularity, dequantize, the fp32 -> bf16 weight rounding, the activation casts, sum_squares)
+// granularity, dequantize, the fp32 -> bf16 weight rounding, the activation casts, sum_squares,
+// sum_squares_segments)
 // against the CPU reference, through the Backend interface as the model calls them.
 // Bit-identical where both run the same kernels/common element math in the same order; the
 // E4M3 activation cast equals the CPU cast of the same (bf16) values, rounded once to bf16.
@@ -13,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "gpu_test.h"
 #include "kernels/common/bf16.h"
@@ -161,6 +163,68 @@ TEST(GpuBackend, SumSquaresMatchesCpuInDouble) {
     const double c = cpu->sum_squares(upload(*cpu, x, DType::F32, {n}), n);
     EXPECT_NEAR(g, c, 1e-12 * c) << n;  // double sums of fp32 squares in another order
   }
+}
+
+// sum_squares_segments against the CPU backend: both are double sums of the same exact fp32
+// squares in different orders, each within (len - 1) 2^-53 sum of the exact value, so they agree
+// within 2 len 2^-53 sum; an empty segment gives exactly 0. And the GPU's partial of a segment is
+// the same bits asked alone as among others. Returns the GPU's partials.
+std::vector<double> expect_segments_match_cpu(Backend& gpu, Backend& cpu,
+                                              const std::vector<float>& x,
+                                              const std::vector<SumSegment>& segs) {
+  const int64_t n = int64_t(x.size());
+  std::vector<double> g(segs.size(), std::nan("")), c(segs.size(), std::nan(""));
+  gpu.sum_squares_segments(upload(gpu, x, DType::F32, {n}), segs, g.data());
+  cpu.sum_squares_segments(upload(cpu, x, DType::F32, {n}), segs, c.data());
+  for (size_t k = 0; k < segs.size(); ++k) {
+    const double tol = 2.0 * double(segs[k].length) * std::ldexp(1.0, -53) * c[k];
+    EXPECT_NEAR(g[k], c[k], tol) << "segment " << k << " (offset " << segs[k].offset
+                                 << ", length " << segs[k].length << ")";
+    if (segs[k].length == 0) {
+      EXPECT_EQ(g[k], 0.0) << "segment " << k;
+    }
+  }
+  return g;
+}
+
+// Small enough for the emulator (emu.backend): empty, one element, a partial warp, longer than a
+// block, overlapping segments; a second, longer list (the scratches grow); each segment alone.
+TEST(GpuBackend, SumSquaresSegmentsMatchCpuAndDoNotDependOnTheOthers) {
+  ECO_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  auto cpu = make_cpu_backend();
+  const int64_t n = 20011;
+  const auto x = gputest::randn(size_t(n), 31, 0.02f);
+  const std::vector<SumSegment> few = {{0, 0}, {3, 1}, {9, 31}, {100, 5000}, {2000, 7777}};
+  const std::vector<double> g = expect_segments_match_cpu(*gpu, *cpu, x, few);
+  std::vector<SumSegment> more = few;
+  for (int64_t o = 0; o + 1024 <= n; o += 1024) more.push_back({o, 1024});
+  more.push_back({n - 1, 1});
+  const std::vector<double> g_more = expect_segments_match_cpu(*gpu, *cpu, x, more);
+  const Tensor t = upload(*gpu, x, DType::F32, {n});
+  for (size_t k = 0; k < few.size(); ++k) {
+    double alone = std::nan("");
+    gpu->sum_squares_segments(t, {few[k]}, &alone);
+    EXPECT_EQ(std::memcmp(&alone, &g[k], sizeof alone), 0) << "segment " << k << " alone";
+    EXPECT_EQ(std::memcmp(&g_more[k], &g[k], sizeof alone), 0) << "segment " << k << ", more";
+  }
+  double out = 0;
+  EXPECT_THROW(gpu->sum_squares_segments(t, {{n - 3, 4}}, &out), Error);  // one past the end
+}
+
+// A model's scale (not under the emulator): 96 segments of 128 rows of 768 (GPT-2's gradient
+// rows of a ZeRO-1 shard) and 70000 short ones, past the kernel's 65535 blocks (the blocks stride
+// over the segments).
+TEST(GpuBackend, SumSquaresSegmentsPastTheBlockLimitMatchCpu) {
+  ECO_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  auto cpu = make_cpu_backend();
+  const int64_t rows = 128 * 768, big = 96, n = big * rows + 70000 * 3;
+  const auto x = gputest::randn(size_t(n), 32, 0.01f);
+  std::vector<SumSegment> segs;
+  for (int64_t k = 0; k < big; ++k) segs.push_back({k * rows, rows});
+  for (int64_t o = big * rows; o < n; o += 3) segs.push_back({o, 3});
+  expect_segments_match_cpu(*gpu, *cpu, x, segs);
 }
 
 // The head through the backend with a vocabulary that is not a multiple of 8 (GPT-2's): the CUDA
