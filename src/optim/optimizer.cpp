@@ -73,9 +73,9 @@ double Optimizer::grad_norm() {
   partials_.assign(pieces.size(), 0.0);
   const size_t k0 = sharded() ? shards_.first_piece(rank_) : 0;
   const size_t k1 = sharded() ? shards_.first_piece(rank_ + 1) : pieces.size();
-  Backend& be = model_.backend();
-  for (size_t k = k0; k < k1; ++k)
-    partials_[k] = be.sum_squares(g.slice(pieces[k].offset, {pieces[k].length}), pieces[k].length);
+  segments_.clear();
+  for (size_t k = k0; k < k1; ++k) segments_.push_back({pieces[k].offset, pieces[k].length});
+  model_.backend().sum_squares_segments(g, segments_, partials_.data() + k0);
   // The other ranks' partials: each element is one rank's value plus zeros (exact).
   if (sharded()) comm_->all_reduce_sum(partials_.data(), int64_t(partials_.size()));
   double sum = 0;

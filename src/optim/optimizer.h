@@ -64,6 +64,7 @@ class Optimizer {
   Communicator* comm_;
   std::vector<std::pair<int64_t, int64_t>> rows_;  // per parameter: this rank's rows
   std::vector<double> partials_;                   // grad_norm's, one per piece
+  std::vector<SumSegment> segments_;               // grad_norm's pieces on this rank
   std::vector<int64_t> arena_bounds_[3];           // by ParamArena (ZeRO-1)
   std::vector<char> staging_;                      // device arenas' way through host memory
   int64_t gathered_quantized_ = 0, gathered_values_ = 0;
