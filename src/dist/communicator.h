@@ -11,9 +11,10 @@
 namespace eco {
 
 // Bytes this rank sent, per collective (the communicator's counters; summary.json reports them).
+// reduce_scatter: the device communicator's reduce_scatter_sum (dist/device_communicator.h).
 struct CommBytes {
-  int64_t all_reduce = 0, all_gather = 0, broadcast = 0;
-  int64_t total() const { return all_reduce + all_gather + broadcast; }
+  int64_t all_reduce = 0, all_gather = 0, broadcast = 0, reduce_scatter = 0;
+  int64_t total() const { return all_reduce + all_gather + broadcast + reduce_scatter; }
 };
 
 class Communicator {
