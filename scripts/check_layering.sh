@@ -4,6 +4,8 @@
 #     src/quant (or any "src/..." path),
 #   - a file under kernels/cpu or kernels/cuda includes src/model other than the backend interface
 #     (model/backend.h), or kernels/common includes src/model at all,
+#   - a file under kernels/ includes src/dist, but kernels/cuda the communicator interfaces
+#     (dist/communicator.h, dist/device_communicator.h: the NCCL communicator implements them),
 #   - a file under src/core includes another src/ folder,
 #   - a file under src/ (but src/cli, the program) includes kernels/cpu or kernels/cuda.
 # src/ is an include directory, so those headers appear as "optim/...", "quant/..." etc.
@@ -36,6 +38,10 @@ check kernels/common 'model/' 'kernels/common is below the model'
 for d in kernels/cpu kernels/cuda; do
   check "$d" 'model/' 'kernels may include only model/backend.h of src/model' '"model/backend\.h"'
 done
+check kernels/common 'dist/' 'kernels/common is below src/dist'
+check kernels/cpu 'dist/' 'the CPU kernels use nothing of src/dist'
+check kernels/cuda 'dist/' 'kernels/cuda may include only the communicator interfaces of src/dist' \
+  '"dist/(device_)?communicator\.h"'
 for d in src/core src/quant src/model src/optim src/data src/train; do
   check "$d" 'kernels/(cpu|cuda)/' 'the library reaches the backends only through model/backend.h'
 done

@@ -10,6 +10,9 @@
 // per-row weights runs the FP8 GEMM on their codes (GemmEngine::matmul_forward_fp8, sm_89+; see
 // quantized_linear_forward for when it falls back to the emulation the CPU runs), and the
 // backward GEMMs run bf16 on the codes decoded straight to bf16.
+//
+// Also make_nccl_communicator (dist/device_communicator.h): the NCCL communicator on this
+// backend's stream (nccl_communicator.cpp), in builds with NCCL.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <spdlog/spdlog.h>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/device_communicator.h"
 #include "kernels/common/cuda_attention.h"
 #include "kernels/common/format_quantizer.h"
 #include "kernels/common/moe_dispatch.h"
@@ -47,6 +51,9 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/workspace_plan.h"
 #include "model/backend.h"
+#ifdef ECO_HAVE_NCCL
+#include "kernels/cuda/nccl_communicator.h"
+#endif
 
 namespace eco {
 namespace {
@@ -138,6 +145,8 @@ class CudaBackend final : public Backend {
     return cuda_ws::attention_state_shape(B, NH, Tn);
   }
   void synchronize() override { ECO_CHECK_CUDA(cudaStreamSynchronize(s())); }
+  // The stream every operation runs on (make_nccl_communicator enqueues its collectives there).
+  cudaStream_t stream() const { return s(); }
 
   // ---- profiling ------------------------------------------------------------------------------
   void range_push(const char* name) override { nvtxRangePushA(name); }
@@ -933,6 +942,31 @@ std::unique_ptr<Backend> make_cuda_backend() {
   spdlog::info("CUDA device {}: {}, sm_{}{}, {} SMs, {:.0f} GiB", dev, prop.name, prop.major,
                prop.minor, prop.multiProcessorCount, double(prop.totalGlobalMem) / (1 << 30));
   return std::make_unique<CudaBackend>();
+}
+
+bool have_nccl() {
+#ifdef ECO_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator& host, Backend& be) {
+#ifdef ECO_HAVE_NCCL
+  auto* cuda_be = dynamic_cast<CudaBackend*>(&be);
+  if (!cuda_be)
+    usage_error("the NCCL communicator moves the CUDA backend's device memory, but the backend "
+                "is '{}' (NCCL is for device: cuda)",
+                be.name());
+  return cuda::make_nccl_communicator(host, cuda_be->stream(), cuda_be->ledger());
+#else
+  (void)host;
+  (void)be;
+  usage_error("NCCL (device-to-device collectives), but this build has no NCCL (nccl.h or "
+              "libnccl not found when it was configured, or ECO_NCCL=OFF): install NCCL "
+              "(libnccl-dev, or the CUDA toolkit's) and rebuild");
+#endif
 }
 
 }  // namespace eco

@@ -12,6 +12,7 @@
 namespace eco {
 
 // Bytes this rank sent, per collective (the communicator's counters; summary.json reports them).
+// reduce_scatter: the device communicator's reduce_scatter_sum (dist/device_communicator.h).
 struct CommBytes {
   int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, gather = 0, broadcast = 0;
   int64_t total() const { return all_reduce + reduce_scatter + all_gather + gather + broadcast; }

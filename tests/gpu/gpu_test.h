@@ -1,5 +1,6 @@
 // Helpers for the GPU tests: skip visibly without a GPU, move data between host and device,
-// poison outputs, compare against the CPU twin with a relative-norm tolerance (NaN never passes).
+// poison outputs, compare against the CPU twin with a relative-norm tolerance (NaN never passes)
+// or bit for bit.
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -50,6 +51,16 @@ inline std::vector<float> randn(size_t n, uint64_t seed, float std = 1.0f) {
   std::vector<float> v(n);
   for (auto& x : v) x = float(std * r.normal());
   return v;
+}
+
+// Bit equality of two float vectors (NaNs included), naming the first difference.
+inline ::testing::AssertionResult same_bits(const std::vector<float>& a,
+                                            const std::vector<float>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs " << b[i];
+  return ::testing::AssertionSuccess();
 }
 
 using eco::rel_err;  // src/core/rel_err.h: ||a - b|| / ||b||, +inf for a NaN / inf in a

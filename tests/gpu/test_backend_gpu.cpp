@@ -26,16 +26,8 @@ namespace eco {
 namespace {
 
 using gputest::download;
+using gputest::same_bits;
 using gputest::upload;
-
-// Bit equality of two float vectors (NaNs included), naming the first difference.
-::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
-      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs " << b[i];
-  return ::testing::AssertionSuccess();
-}
 
 struct Shape {
   int64_t rows, cols;

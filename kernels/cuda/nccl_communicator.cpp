@@ -1,0 +1,205 @@
+// The NCCL DeviceCommunicator (see nccl_communicator.h and dist/device_communicator.h). NCCL only
+// moves data; every sum is ours, so its bits do not depend on NCCL's algorithm or topology:
+//  - reduce-scatter: rank r receives its chunk of every other rank (ncclSend / ncclRecv pairs in
+//    one group) into a receive buffer of world rows, copies its own chunk into row r, and adds
+//    the rows in rank order (fold_rank_order, collectives.cuh): ((0 + x_0) + x_1) + ...;
+//  - all-gather: one in-place ncclBroadcast per rank in one group (counts may differ);
+//  - all-reduce: a reduce-scatter of equal rank-ordered chunks, then the all-gather of the sums:
+//    the traffic of a ring all-reduce, 2 (w - 1) / w of the buffer per rank, as MpiCommunicator.
+// Large buffers go in rounds of at most chunk_ = kNcclRoundElems / world elements per rank chunk,
+// so the receive buffer stays at most 256 MiB. (MpiCommunicator's rounds are 2^26 elements per
+// rank chunk: up to 2^26 elements both cut the same chunks and count the same bytes on each
+// rank; above, the rounds cut elsewhere: the same sums, and the same bytes over all ranks, but a
+// rank's count may differ by a few elements' rounding.) Host code (compiled by the host compiler).
+#include "kernels/cuda/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cuda/collectives.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
+
+namespace eco::cuda {
+namespace {
+
+const char* nccl_result_name(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess: return "ncclSuccess";
+    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
+    case ncclSystemError: return "ncclSystemError";
+    case ncclInternalError: return "ncclInternalError";
+    case ncclInvalidArgument: return "ncclInvalidArgument";
+    case ncclInvalidUsage: return "ncclInvalidUsage";
+    case ncclRemoteError: return "ncclRemoteError";
+    case ncclInProgress: return "ncclInProgress";
+    default: return "ncclResult (unknown)";
+  }
+}
+
+// A failed NCCL call raises eco::Error naming the call, file:line, NCCL's message and its last
+// error's detail (ncclGetLastError: its argument is unused).
+#define ECO_CHECK_NCCL(call)                                                                   \
+  do {                                                                                         \
+    const ncclResult_t eco_nccl_rc_ = (call);                                                  \
+    if (eco_nccl_rc_ != ncclSuccess)                                                           \
+      ::eco::cuda::fail(__FILE__, __LINE__, #call, nccl_result_name(eco_nccl_rc_),             \
+                        ncclGetErrorString(eco_nccl_rc_), ncclGetLastError(nullptr));          \
+  } while (0)
+
+class NcclCommunicator final : public DeviceCommunicator {
+ public:
+  NcclCommunicator(Communicator& host, cudaStream_t stream, MemoryLedger& ledger,
+                   int64_t round_elems)
+      : rank_(host.rank()),
+        world_(host.world()),
+        chunk_(std::max<int64_t>(1, round_elems / std::max(1, host.world()))),
+        stream_(stream),
+        ledger_(ledger) {
+    ECO_ASSERT(world_ >= 1 && 0 <= rank_ && rank_ < world_ && round_elems >= 1,
+               "NCCL communicator for rank {} of {}, rounds of {} elements", rank_, world_,
+               round_elems);
+    ncclUniqueId id{};
+    if (rank_ == 0) ECO_CHECK_NCCL(ncclGetUniqueId(&id));
+    host.broadcast(&id, int64_t(sizeof id), 0);
+    ECO_CHECK_NCCL(ncclCommInitRank(&comm_, world_, id, rank_));
+  }
+  // Unwinding from an error on this rank alone: abort (destroying would wait for the others).
+  ~NcclCommunicator() override {
+    if (std::uncaught_exceptions() > 0) {
+      ncclCommAbort(comm_);
+      return;
+    }
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+  }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+
+  void all_reduce_sum(float* x, int64_t n) override {
+    ECO_ASSERT(n >= 0 && (x || n == 0), "all_reduce_sum of {} elements at {}", n,
+               static_cast<void*>(x));
+    const int w = world_;
+    std::vector<int64_t> b(size_t(w) + 1), bb(size_t(w) + 1);
+    for (int64_t off = 0; off < n; off += chunk_ * w) {
+      // The piece's chunk c, [c m / w, (c + 1) m / w): at most chunk_ elements, one round.
+      const int64_t m = std::min(n - off, chunk_ * w);
+      for (int c = 0; c <= w; ++c) {
+        b[size_t(c)] = m * c / w;
+        bb[size_t(c)] = b[size_t(c)] * int64_t(sizeof(float));
+      }
+      bytes_.all_reduce += scatter_and_fold(x + off, b);
+      bytes_.all_reduce += gather(reinterpret_cast<char*>(x + off), bb);
+    }
+  }
+
+  void reduce_scatter_sum(float* x, const std::vector<int64_t>& bounds) override {
+    check_bounds(bounds, x, "reduce_scatter_sum");
+    bytes_.reduce_scatter += scatter_and_fold(x, bounds);
+  }
+
+  void all_gather(void* buf, const std::vector<int64_t>& byte_bounds) override {
+    check_bounds(byte_bounds, buf, "all_gather");
+    bytes_.all_gather += gather(static_cast<char*>(buf), byte_bounds);
+  }
+
+ private:
+  void check_bounds(const std::vector<int64_t>& b, const void* p, const char* what) const {
+    ECO_ASSERT(b.size() == size_t(world_) + 1 && b[0] == 0,
+               "{}: {} bounds for a world of {} (world + 1 offsets from 0)", what, b.size(),
+               world_);
+    for (size_t c = 0; c < size_t(world_); ++c)
+      ECO_ASSERT(b[c] <= b[c + 1], "{}: bounds decrease after rank {}: {} > {}", what, c, b[c],
+                 b[c + 1]);
+    ECO_ASSERT(p || b.back() == 0, "{}: {} elements at a null pointer", what, b.back());
+  }
+
+  // Rank r's chunk [b[r], b[r+1]) of x = the rank-order sum of every rank's, in rounds of at most
+  // chunk_ elements per chunk. Returns the bytes this rank sent.
+  int64_t scatter_and_fold(float* x, const std::vector<int64_t>& b) {
+    const int w = world_, r = rank_;
+    // Elements of rank c's chunk in the round that starts `off` elements into every chunk.
+    const auto piece = [&](int c, int64_t off) {
+      return std::clamp<int64_t>(b[size_t(c) + 1] - b[size_t(c)] - off, 0, chunk_);
+    };
+    int64_t longest = 0;
+    for (int c = 0; c < w; ++c) longest = std::max(longest, b[size_t(c) + 1] - b[size_t(c)]);
+    if (longest == 0) return 0;
+    float* recv = recv_buffer(int64_t(w) * piece(r, 0));
+    int64_t sent = 0;
+    for (int64_t off = 0; off < longest; off += chunk_) {
+      const int64_t got = piece(r, off);  // this round's elements of this rank's chunk
+      float* mine = x + b[size_t(r)] + off;
+      ECO_CHECK_NCCL(ncclGroupStart());
+      for (int c = 0; c < w; ++c) {
+        if (c == r) continue;
+        if (const int64_t k = piece(c, off); k > 0) {
+          ECO_CHECK_NCCL(ncclSend(x + b[size_t(c)] + off, size_t(k), ncclFloat32, c, comm_,
+                                  stream_));
+          sent += k;
+        }
+        if (got > 0)
+          ECO_CHECK_NCCL(ncclRecv(recv + int64_t(c) * got, size_t(got), ncclFloat32, c, comm_,
+                                  stream_));
+      }
+      ECO_CHECK_NCCL(ncclGroupEnd());
+      if (got == 0) continue;
+      ECO_CHECK_CUDA(cudaMemcpyAsync(recv + int64_t(r) * got, mine, size_t(got) * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, stream_));
+      ECO_CHECK_CUDA(fold_rank_order(mine, recv, w, got, got, stream_));
+    }
+    return sent * int64_t(sizeof(float));
+  }
+
+  // Rank c's bytes [bb[c], bb[c+1]) of p to every rank. Returns the bytes this rank sent.
+  int64_t gather(char* p, const std::vector<int64_t>& bb) {
+    ECO_CHECK_NCCL(ncclGroupStart());
+    for (int c = 0; c < world_; ++c)
+      if (const int64_t k = bb[size_t(c) + 1] - bb[size_t(c)]; k > 0)
+        ECO_CHECK_NCCL(ncclBroadcast(p + bb[size_t(c)], p + bb[size_t(c)], size_t(k), ncclInt8, c,
+                                     comm_, stream_));
+    ECO_CHECK_NCCL(ncclGroupEnd());
+    return (bb[size_t(rank_) + 1] - bb[size_t(rank_)]) * (world_ - 1);
+  }
+
+  // At least `floats` floats of receive buffer, grown (and recorded in the ledger) as needed.
+  float* recv_buffer(int64_t floats) {
+    const size_t bytes = size_t(std::max<int64_t>(floats, 1)) * sizeof(float);
+    if (bytes > recv_.bytes()) {
+      ECO_CHECK_CUDA(cudaStreamSynchronize(stream_));  // queued rounds may still read the old one
+      const size_t old = recv_.bytes();
+      recv_ = DeviceBuffer();
+      recv_ = DeviceBuffer(bytes);
+      ledger_.record(old ? "nccl receive buffer (growth)" : "nccl receive buffer",
+                     MemCategory::Workspace, bytes - old);
+    }
+    return recv_.get<float>();
+  }
+
+  const int rank_, world_;
+  const int64_t chunk_;  // elements per rank chunk and round
+  cudaStream_t stream_;
+  MemoryLedger& ledger_;
+  ncclComm_t comm_ = nullptr;
+  DeviceBuffer recv_;  // (world, chunk) floats of the current round
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator& host, cudaStream_t stream,
+                                                           MemoryLedger& ledger,
+                                                           int64_t round_elems) {
+  return std::make_unique<NcclCommunicator>(host, stream, ledger, round_elems);
+}
+
+}  // namespace eco::cuda
