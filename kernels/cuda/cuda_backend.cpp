@@ -909,6 +909,15 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error of a missing driver / device
+    return 0;
+  }
+  return count;
+}
+
 uint64_t cuda_free_memory_bytes() {
   int count = 0;
   size_t free_b = 0, total_b = 0;

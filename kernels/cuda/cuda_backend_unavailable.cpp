@@ -8,6 +8,7 @@
 namespace eco {
 
 uint64_t cuda_free_memory_bytes() { return 0; }
+int cuda_device_count() { return 0; }
 
 std::unique_ptr<Backend> make_cuda_backend() {
   usage_error("device: cuda, but this build has no CUDA backend (ECO_CUDA=OFF or nvcc not found)");

@@ -368,6 +368,8 @@ std::unique_ptr<Backend> make_cuda_backend();
 // Free memory of the current CUDA device in bytes; 0 when unknown (no CUDA backend in this build,
 // no GPU visible). The memory check of a cuda run (train/memory_check.h) compares the plan with it.
 uint64_t cuda_free_memory_bytes();
+// CUDA GPUs visible to this process; 0 without a CUDA backend in this build or without a GPU.
+int cuda_device_count();
 // The backend for a config's `device` (cpu: fp32 reference; cuda: make_cuda_backend).
 std::unique_ptr<Backend> make_backend(Device device);
 

@@ -145,7 +145,9 @@ void Optimizer::all_gather_weights() {
     const std::vector<int64_t>& bounds = arena_bounds_[size_t(kind)];
     if (be.host_memory()) {
       comm_->all_gather(buf.data, bounds);
-    } else {  // device memory through the host (a device communicator is the faster way)
+    } else if (device_comm_) {  // GPU to GPU
+      device_comm_->all_gather(buf.data, bounds);
+    } else {  // device memory through the host
       staging_.resize(buf.bytes());
       be.copy_to_host(staging_.data(), buf);
       comm_->all_gather(staging_.data(), bounds);

@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 #include "model/transformer.h"
 #include "optim/zero_shards.h"
 
@@ -34,6 +35,9 @@ class Optimizer {
   // ZeRO-1 of this rank's rows, then every rank's rows of the stored weights all-gathered.
   void step(double lr, double grad_norm);
   bool sharded() const { return shards_.world() > 1; }
+  // ZeRO-1 on device memory: the all-gather of the stored weights goes GPU to GPU through `dc`
+  // (NCCL) instead of through host memory over the host communicator.
+  void set_device_communicator(DeviceCommunicator* dc) { device_comm_ = dc; }
   const ZeroShards& shards() const { return shards_; }
   // Bytes all-gathered per step under ZeRO-1 (the whole payload, every rank's range): the
   // quantized weights' codes and scales, and the values (plain parameters, masters).
@@ -62,6 +66,7 @@ class Optimizer {
   ZeroShards shards_;
   int rank_;
   Communicator* comm_;
+  DeviceCommunicator* device_comm_ = nullptr;
   std::vector<std::pair<int64_t, int64_t>> rows_;  // per parameter: this rank's rows
   std::vector<double> partials_;                   // grad_norm's, one per piece
   std::vector<SumSegment> segments_;               // grad_norm's pieces on this rank

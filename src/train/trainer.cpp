@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/config_reader.h"
@@ -50,6 +51,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
                                      par.zero == 1 ? par.dp : 1,
                                      par.zero == 1 ? comm_->rank() : 0, comm_);
   if (opt_->sharded()) grad_bounds_ = opt_->shards().grad_bounds();
+  start_device_communicator();
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,
                    cfg_.train.seed, cfg_.data.shuffle};
@@ -72,6 +74,26 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::start_device_communicator() {
+  if (cfg_.device != Device::Cuda || comm_->world() == 1) return;
+  // NCCL before 2.30 refuses two ranks on one GPU (and 2.30 only with
+  // NCCL_MULTI_RANK_GPU_ENABLE=1): then, or without NCCL in this build, the sums go through host
+  // memory over MPI. Every rank must choose alike: the reasons are agreed by a maximum.
+  const bool shared_gpu = local_ranks() > cuda_device_count() &&
+                          !std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  double reason = !have_nccl() ? 2 : shared_gpu ? 1 : 0;
+  comm_->all_reduce_max(&reason, 1);
+  if (reason == 0) {
+    device_comm_ = make_nccl_communicator(*comm_, *backend_);
+    opt_->set_device_communicator(device_comm_.get());
+  }
+  log_.info("device collectives: {}",
+            reason == 0   ? "NCCL (GPU to GPU, summed in rank order by our fold kernel)"
+            : reason == 2 ? "through host memory over MPI (this build has no NCCL)"
+                          : "through host memory over MPI (ranks share a GPU, which NCCL refuses "
+                            "before 2.30; NCCL_MULTI_RANK_GPU_ENABLE=1 asks for it)");
+}
 
 double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
@@ -309,6 +331,13 @@ void Trainer::reduce_gradients() {
     reduce(g.as<float>());
     return;
   }
+  if (device_comm_) {  // GPU to GPU
+    if (scatter)
+      device_comm_->reduce_scatter_sum(g.as<float>(), grad_bounds_);
+    else
+      device_comm_->all_reduce_sum(g.as<float>(), g.numel());
+    return;
+  }
   // GPU gradients go through host memory over MPI: correct and rank-order deterministic, but
   // bound by PCIe and the network stack; NCCL (device to device) is the next step (issue 14).
   grads_host_.resize(size_t(g.numel()));
@@ -403,10 +432,18 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
   if (floor) summary["entropy_floor"] = *floor;
   if (!p.moe.is_null()) summary["moe"] = p.moe;
   if (comm_->world() > 1) {  // rank 0's traffic (every rank sends the same amounts)
-    const CommBytes& b = comm_->bytes_sent();
+    CommBytes b = comm_->bytes_sent();  // host and device collectives together
+    if (device_comm_) {
+      const CommBytes& d = device_comm_->bytes_sent();
+      b.all_reduce += d.all_reduce;
+      b.reduce_scatter += d.reduce_scatter;
+      b.all_gather += d.all_gather;
+      b.gather += d.gather;
+      b.broadcast += d.broadcast;
+    }
     const int64_t steps = std::max<int64_t>(p.step - p.start, 1);
     summary["parallel"] = {
-        {"communicator", comm_->name()},
+        {"communicator", device_comm_ ? comm_->name() + "+" + device_comm_->name() : comm_->name()},
         {"world", comm_->world()},
         {"dp", cfg_.parallel.dp},
         {"zero", cfg_.parallel.zero},

@@ -93,6 +93,8 @@ class Trainer {
   // ((0 + g_0) + g_1) + ..., micro-batches in order on each rank, then the ranks' sums in rank
   // order. One micro-batch a rank on N ranks gives one rank's N micro-batches bit for bit.
   void reduce_gradients();
+  // device: cuda with several ranks: NCCL when every rank can use it (device_comm_), logged.
+  void start_device_communicator();
   // A stop signal seen by any rank (every rank must leave the loop at the same step).
   bool stop_agreed(const StopSignals& stop);
   // What falls due after `done` steps: progress line, eval, sample, checkpoint.
@@ -115,6 +117,8 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Optimizer> opt_;
+  // device: cuda with several ranks, when NCCL can serve them (destroyed before the backend).
+  std::unique_ptr<DeviceCommunicator> device_comm_;
   std::optional<DataLoader> train_data_, val_data_;
   std::optional<TextSampler> sampler_;
   LossSpikeDetector spikes_;

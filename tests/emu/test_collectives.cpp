@@ -151,6 +151,9 @@ class ThreadCommunicator final : public eco::Communicator {
   void all_reduce_sum(int64_t*, int64_t) override { unused(); }
   void all_reduce_max(double*, int64_t) override { unused(); }
   void all_gather(void*, const void*, int64_t) override { unused(); }
+  void reduce_scatter_sum(float*, const std::vector<int64_t>&) override { unused(); }
+  void all_gather(void*, const std::vector<int64_t>&) override { unused(); }
+  void gather(void*, const std::vector<int64_t>&, int) override { unused(); }
   void barrier() override { unused(); }
   [[noreturn]] void abort(int) override { unused(); }
 
