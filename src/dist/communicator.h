@@ -14,8 +14,11 @@ namespace eco {
 // Bytes this rank sent, per collective (the communicator's counters; summary.json reports them).
 // reduce_scatter: the device communicator's reduce_scatter_sum (dist/device_communicator.h).
 struct CommBytes {
-  int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, gather = 0, broadcast = 0;
-  int64_t total() const { return all_reduce + reduce_scatter + all_gather + gather + broadcast; }
+  int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, gather = 0, broadcast = 0,
+          all_to_all = 0;
+  int64_t total() const {
+    return all_reduce + reduce_scatter + all_gather + gather + broadcast + all_to_all;
+  }
 };
 
 class Communicator {
@@ -45,10 +48,29 @@ class Communicator {
   virtual void all_gather(void* out, const void* in, int64_t bytes) = 0;
   // `bytes` of data from `root` to every rank.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // Expert parallelism's token exchange (bytes). `send` holds world blocks packed in rank order,
+  // block d (send_bytes[d] bytes) for rank d; `recv` (not overlapping `send`) receives world
+  // blocks packed in rank order, block s (recv_bytes[s] bytes) from rank s. The counts must
+  // agree pairwise (send_bytes[d] on rank s == recv_bytes[s] on rank d; the caller exchanges
+  // them first, e.g. with all_gather); blocks may be empty. Vectors that are not world
+  // non-negative counts, or a block to self whose two counts differ, are refused (runtime
+  // error) before anything is sent.
+  virtual void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                            const std::vector<int64_t>& recv_bytes) = 0;
   virtual void barrier() = 0;
   // Ends every process of the run with `code` (a rank that failed alone must not leave the
   // others waiting in a collective). Does not return.
   [[noreturn]] virtual void abort(int code) = 0;
+
+  // Collective over this communicator (every rank calls it): the ranks that pass the same
+  // `color` (>= 0) form a new communicator, ranked by `key`, ties by their rank here. The child
+  // has its own byte counters and the same timeout (MPI: one watchdog for the run); destroy it
+  // before its parent. Groups of world = dp x ep, rank r = d * ep + e (an expert-parallel group
+  // is ep consecutive ranks, so it stays on one node when ep divides the GPUs per node):
+  //   expert-parallel group d:       split(r / ep, r % ep)  ranks d ep .. d ep + ep - 1, rank e
+  //   expert-data-parallel group e:  split(r % ep, r / ep)  ranks e, e + ep, e + 2 ep .., rank d
+  // (the second holds the ranks with the same experts; expert gradients are summed over it).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   const CommBytes& bytes_sent() const { return bytes_; }
   // A collective waiting longer than `seconds` for the other ranks ends this process with
@@ -65,6 +87,12 @@ std::unique_ptr<Communicator> make_local_communicator();
 // Refuses (runtime error naming `what`) bounds that are not world + 1 non-decreasing offsets
 // from 0 to n.
 void check_bounds(const std::vector<int64_t>& bounds, int world, int64_t n, const char* what);
+// Refuses (runtime error naming the problem) all_to_all_v's counts that are not world
+// non-negative entries in each vector with the same count for the block to self (`rank`).
+void check_block_bytes(const std::vector<int64_t>& send_bytes,
+                       const std::vector<int64_t>& recv_bytes, int world, int rank);
+// Refuses (runtime error) a negative split color.
+void check_split_color(int color);
 // The run's communicator: MPI when a launcher started this process (mpirun, srun: its
 // environment names a world), else one process. A launched process in a build without MPI
 // is refused with an error saying so.

@@ -38,8 +38,17 @@ class LocalCommunicator final : public Communicator {
     if (bytes > 0 && out != in) std::memmove(out, in, size_t(bytes));
   }
   void broadcast(void*, int64_t, int) override {}
+  void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                    const std::vector<int64_t>& recv_bytes) override {
+    check_block_bytes(send_bytes, recv_bytes, 1, 0);
+    if (send_bytes[0] > 0 && recv != send) std::memmove(recv, send, size_t(send_bytes[0]));
+  }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
+  std::unique_ptr<Communicator> split(int color, int) override {
+    check_split_color(color);
+    return std::make_unique<LocalCommunicator>();
+  }
 };
 
 }  // namespace
@@ -55,6 +64,32 @@ void check_bounds(const std::vector<int64_t>& bounds, int world, int64_t n, cons
     runtime_error("{}: {} range bounds for a world of {} over {} elements are not {} "
                   "non-decreasing offsets from 0 to {}",
                   what, bounds.size(), world, n, world + 1, n);
+}
+
+void check_block_bytes(const std::vector<int64_t>& send_bytes,
+                       const std::vector<int64_t>& recv_bytes, int world, int rank) {
+  const auto check = [&](const std::vector<int64_t>& counts, const char* name) {
+    if (counts.size() != size_t(world))
+      runtime_error("all_to_all_v: {} has {} entries for a world of {} (one block per rank)", name,
+                    counts.size(), world);
+    for (size_t r = 0; r < counts.size(); ++r)
+      if (counts[r] < 0)
+        runtime_error("all_to_all_v: {}[{}] is {} (a block's bytes must be >= 0)", name, r,
+                      counts[r]);
+  };
+  check(send_bytes, "send_bytes");
+  check(recv_bytes, "recv_bytes");
+  const size_t me = size_t(rank);
+  if (send_bytes[me] != recv_bytes[me])
+    runtime_error("all_to_all_v: rank {} sends itself {} bytes but expects {} (send_bytes[{}] "
+                  "!= recv_bytes[{}])",
+                  rank, send_bytes[me], recv_bytes[me], rank, rank);
+}
+
+void check_split_color(int color) {
+  if (color < 0)
+    runtime_error("split: color {} is negative (every rank joins a group: colors are >= 0)",
+                  color);
 }
 
 bool launched_by_mpi() {

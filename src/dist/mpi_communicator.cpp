@@ -2,6 +2,8 @@
 // receives chunk c of every rank with MPI_Alltoallv and adds the w pieces in rank order from 0)
 // followed by an all-gather of the summed chunks: the traffic of a ring all-reduce, 2 (w - 1) / w
 // of the buffer per rank, with the order of the additions fixed by us rather than by MPI.
+// Byte exchanges (ranges, all_to_all_v) are MPI_Isend / MPI_Irecv pairs in rounds of at most
+// 1 GiB per message, so that MPI's int counts never overflow.
 #include "dist/mpi_communicator.h"
 
 #include "core/error.h"
@@ -16,6 +18,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -108,20 +112,29 @@ class CollectiveWatchdog {
   std::thread thread_;
 };
 
+// The root (MPI_COMM_WORLD: initialises and finalises MPI) or a child of split (its own
+// MPI_Comm, freed on destruction). A run's communicators share one watchdog: one collective runs
+// at a time (only the main thread calls MPI), and the timeout is the run's.
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(int* argc, char*** argv) {
+  MpiCommunicator(int* argc, char*** argv) : comm_(MPI_COMM_WORLD), root_(true) {
     int provided = 0;
     ECO_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
-    ECO_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    ECO_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    ECO_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_));
-    watchdog_ = std::make_unique<CollectiveWatchdog>(rank_, world_);
+    init_ranks();
+    watchdog_ = std::make_shared<CollectiveWatchdog>(rank_, world_);  // names the world rank
+  }
+  MpiCommunicator(MPI_Comm comm, std::shared_ptr<CollectiveWatchdog> watchdog)
+      : comm_(comm), root_(false), watchdog_(std::move(watchdog)) {
+    init_ranks();
   }
   ~MpiCommunicator() override {
-    watchdog_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
+    if (!root_) {
+      if (!finalized) MPI_Comm_free(&comm_);
+      return;
+    }
+    watchdog_.reset();
     if (!finalized) MPI_Finalize();
   }
   int rank() const override { return rank_; }
@@ -135,7 +148,7 @@ class MpiCommunicator final : public Communicator {
     const CollectiveWatchdog::Scope scope(*watchdog_, "all_reduce_sum (int64)");
     for (int64_t off = 0; off < n; off += INT_MAX) {
       const int c = int(std::min<int64_t>(n - off, INT_MAX));
-      ECO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+      ECO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_INT64_T, MPI_SUM, comm_));
     }
     bytes_.all_reduce += n * int64_t(sizeof(int64_t));
   }
@@ -143,7 +156,7 @@ class MpiCommunicator final : public Communicator {
     const CollectiveWatchdog::Scope scope(*watchdog_, "all_reduce_max");
     for (int64_t off = 0; off < n; off += INT_MAX) {
       const int c = int(std::min<int64_t>(n - off, INT_MAX));
-      ECO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+      ECO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x + off, c, MPI_DOUBLE, MPI_MAX, comm_));
     }
     bytes_.all_reduce += n * int64_t(sizeof(double));
   }
@@ -163,9 +176,9 @@ class MpiCommunicator final : public Communicator {
         const int64_t send = std::clamp<int64_t>(bounds[size_t(s) + 1] - b, 0, kChunkElems);
         if (take > 0)
           post(reqs, MPI_Irecv(recv_f32_.data() + size_t(s) * size_t(take), int(take), MPI_FLOAT,
-                               s, kTagReduceScatter, MPI_COMM_WORLD, next(reqs)));
+                               s, kTagReduceScatter, comm_, next(reqs)));
         if (send > 0) {
-          post(reqs, MPI_Isend(x + b, int(send), MPI_FLOAT, s, kTagReduceScatter, MPI_COMM_WORLD,
+          post(reqs, MPI_Isend(x + b, int(send), MPI_FLOAT, s, kTagReduceScatter, comm_,
                                next(reqs)));
           bytes_.reduce_scatter += send * int64_t(sizeof(float));
         }
@@ -194,7 +207,7 @@ class MpiCommunicator final : public Communicator {
     if (bytes > INT_MAX)
       runtime_error("all_gather of {} bytes per rank: more than MPI's int count", bytes);
     ECO_CHECK_MPI(MPI_Allgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE,
-                                MPI_COMM_WORLD));
+                                comm_));
     bytes_.all_gather += bytes;
   }
   void broadcast(void* data, int64_t bytes, int root) override {
@@ -202,17 +215,56 @@ class MpiCommunicator final : public Communicator {
     auto* p = static_cast<char*>(data);
     for (int64_t off = 0; off < bytes; off += INT_MAX) {
       const int c = int(std::min<int64_t>(bytes - off, INT_MAX));
-      ECO_CHECK_MPI(MPI_Bcast(p + off, c, MPI_BYTE, root, MPI_COMM_WORLD));
+      ECO_CHECK_MPI(MPI_Bcast(p + off, c, MPI_BYTE, root, comm_));
     }
     if (rank_ == root) bytes_.broadcast += bytes;
   }
   void barrier() override {
     const CollectiveWatchdog::Scope scope(*watchdog_, "barrier");
-    ECO_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    ECO_CHECK_MPI(MPI_Barrier(comm_));
   }
   [[noreturn]] void abort(int code) override {
-    MPI_Abort(MPI_COMM_WORLD, code);
+    MPI_Abort(MPI_COMM_WORLD, code);  // every process of the run, whichever group this is
     std::_Exit(code);
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "split");
+    check_split_color(color);
+    MPI_Comm child = MPI_COMM_NULL;
+    ECO_CHECK_MPI(MPI_Comm_split(comm_, color, key, &child));
+    return std::make_unique<MpiCommunicator>(child, watchdog_);
+  }
+  void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                    const std::vector<int64_t>& recv_bytes) override {
+    const CollectiveWatchdog::Scope scope(*watchdog_, "all_to_all_v");
+    check_block_bytes(send_bytes, recv_bytes, world_, rank_);
+    const size_t ws = size_t(world_), me = size_t(rank_);
+    std::vector<int64_t> send_at(ws + 1, 0), recv_at(ws + 1, 0);  // blocks' offsets
+    for (size_t r = 0; r < ws; ++r) {
+      send_at[r + 1] = send_at[r] + send_bytes[r];
+      recv_at[r + 1] = recv_at[r] + recv_bytes[r];
+    }
+    const auto* in = static_cast<const char*>(send);
+    auto* out = static_cast<char*>(recv);
+    if (send_bytes[me] > 0)
+      std::memcpy(out + recv_at[me], in + send_at[me], size_t(send_bytes[me]));
+    // Round k moves the k-th kMaxMessageBytes of every block: the two ranks of a block agree on
+    // its rounds (their counts agree), whatever the other blocks' sizes.
+    const int64_t rounds = std::max(max_rounds(send_at, kMaxMessageBytes),
+                                    max_rounds(recv_at, kMaxMessageBytes));
+    for (int64_t k = 0; k < rounds; ++k) {
+      std::vector<MPI_Request> reqs;
+      for (int p = 0; p < world_; ++p) {
+        if (p == rank_) continue;
+        if (const auto [off, n] = round_piece(recv_at, size_t(p), k); n > 0)
+          post(reqs, MPI_Irecv(out + off, n, MPI_BYTE, p, kTagAllToAll, comm_, next(reqs)));
+        if (const auto [off, n] = round_piece(send_at, size_t(p), k); n > 0) {
+          post(reqs, MPI_Isend(in + off, n, MPI_BYTE, p, kTagAllToAll, comm_, next(reqs)));
+          bytes_.all_to_all += n;
+        }
+      }
+      wait_all(reqs);
+    }
   }
 
  private:
@@ -237,7 +289,7 @@ class MpiCommunicator final : public Communicator {
       std::vector<int> rcounts(ws, mine), rdispls(ws);
       for (int r = 0; r < w; ++r) rdispls[size_t(r)] = r * mine;
       ECO_CHECK_MPI(MPI_Alltoallv(piece, counts.data(), displs.data(), mpi_type<T>(), recv.data(),
-                                  rcounts.data(), rdispls.data(), mpi_type<T>(), MPI_COMM_WORLD));
+                                  rcounts.data(), rdispls.data(), mpi_type<T>(), comm_));
       T* out = piece + displs[size_t(rank_)];
       for (int i = 0; i < mine; ++i) {
         T acc = T(0);
@@ -245,13 +297,13 @@ class MpiCommunicator final : public Communicator {
         out[i] = acc;
       }
       ECO_CHECK_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type<T>(), piece, counts.data(),
-                                   displs.data(), mpi_type<T>(), MPI_COMM_WORLD));
+                                   displs.data(), mpi_type<T>(), comm_));
       // Sent: every other rank's chunks, then this rank's summed chunk to the w - 1 others.
       bytes_.all_reduce += int64_t(sizeof(T)) * ((m - mine) + int64_t(mine) * (w - 1));
     }
   }
 
-  static constexpr int kTagReduceScatter = 41, kTagGather = 42;
+  static constexpr int kTagReduceScatter = 41, kTagGather = 42, kTagAllToAll = 43;
   static constexpr int64_t kMaxMessageBytes = int64_t(1) << 30;
 
   // Rounds of at most `per_round` elements of each range that cover every range.
@@ -260,6 +312,12 @@ class MpiCommunicator final : public Communicator {
     for (size_t r = 0; r + 1 < bounds.size(); ++r)
       rounds = std::max(rounds, (bounds[r + 1] - bounds[r] + per_round - 1) / per_round);
     return rounds;
+  }
+  // Range r's bytes in round k of max_rounds(bounds, kMaxMessageBytes): (offset, count).
+  static std::pair<int64_t, int> round_piece(const std::vector<int64_t>& bounds, size_t r,
+                                             int64_t k) {
+    const int64_t b = bounds[r] + k * kMaxMessageBytes;
+    return {b, int(std::clamp<int64_t>(bounds[r + 1] - b, 0, kMaxMessageBytes))};
   }
   static MPI_Request* next(std::vector<MPI_Request>& reqs) {
     reqs.push_back(MPI_REQUEST_NULL);
@@ -277,21 +335,16 @@ class MpiCommunicator final : public Communicator {
     const size_t me = size_t(rank_);
     for (int64_t k = 0, rounds = max_rounds(bounds, kMaxMessageBytes); k < rounds; ++k) {
       std::vector<MPI_Request> reqs;
-      const auto piece = [&](size_t r) {  // range r's bytes in round k: (offset, count)
-        const int64_t b = bounds[r] + k * kMaxMessageBytes;
-        return std::pair<int64_t, int>(b, int(std::clamp<int64_t>(bounds[r + 1] - b, 0,
-                                                                 kMaxMessageBytes)));
-      };
       for (int s = 0; s < world_; ++s) {
         if (s == rank_) continue;
         if (root < 0 || rank_ == root) {
-          if (const auto [off, n] = piece(size_t(s)); n > 0)
-            post(reqs, MPI_Irecv(buf + off, n, MPI_BYTE, s, kTagGather, MPI_COMM_WORLD,
+          if (const auto [off, n] = round_piece(bounds, size_t(s), k); n > 0)
+            post(reqs, MPI_Irecv(buf + off, n, MPI_BYTE, s, kTagGather, comm_,
                                  next(reqs)));
         }
         if (root < 0 || s == root) {
-          if (const auto [off, n] = piece(me); n > 0) {
-            post(reqs, MPI_Isend(buf + off, n, MPI_BYTE, s, kTagGather, MPI_COMM_WORLD,
+          if (const auto [off, n] = round_piece(bounds, me, k); n > 0) {
+            post(reqs, MPI_Isend(buf + off, n, MPI_BYTE, s, kTagGather, comm_,
                                  next(reqs)));
             (root < 0 ? bytes_.all_gather : bytes_.gather) += n;
           }
@@ -301,8 +354,16 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  void init_ranks() {
+    ECO_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    ECO_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    ECO_CHECK_MPI(MPI_Comm_size(comm_, &world_));
+  }
+
+  MPI_Comm comm_;
+  const bool root_;  // owns MPI (MPI_COMM_WORLD) rather than a split's MPI_Comm
   int rank_ = 0, world_ = 1;
-  std::unique_ptr<CollectiveWatchdog> watchdog_;
+  std::shared_ptr<CollectiveWatchdog> watchdog_;
   std::vector<float> recv_f32_;
   std::vector<double> recv_f64_;
 };

@@ -1,5 +1,6 @@
 // The MPI communicator (OpenMPI; src/dist/mpi_communicator.cpp): MPI_Init on construction,
-// MPI_Finalize on destruction, errors returned (not fatal) and raised with MPI's message.
+// MPI_Finalize on destruction (split's children free their MPI_Comm), errors returned (not fatal)
+// and raised with MPI's message.
 #pragma once
 #include <memory>
 

@@ -449,7 +449,8 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
         {"zero", cfg_.parallel.zero},
         {"bytes_sent", {{"all_reduce", b.all_reduce}, {"reduce_scatter", b.reduce_scatter},
                         {"all_gather", b.all_gather}, {"gather", b.gather},
-                        {"broadcast", b.broadcast}, {"total", b.total()}}},
+                        {"broadcast", b.broadcast}, {"all_to_all", b.all_to_all},
+                        {"total", b.total()}}},
         {"bytes_sent_per_step", double(b.total()) / double(steps)},
         {"bytes_sent_per_param_per_step",
          double(b.total()) / double(steps) / double(model_->table().total)}};

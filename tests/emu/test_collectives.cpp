@@ -154,6 +154,11 @@ class ThreadCommunicator final : public eco::Communicator {
   void reduce_scatter_sum(float*, const std::vector<int64_t>&) override { unused(); }
   void all_gather(void*, const std::vector<int64_t>&) override { unused(); }
   void gather(void*, const std::vector<int64_t>&, int) override { unused(); }
+  std::unique_ptr<eco::Communicator> split(int, int) override { unused(); }
+  void all_to_all_v(const void*, const std::vector<int64_t>&, void*,
+                    const std::vector<int64_t>&) override {
+    unused();
+  }
   void barrier() override { unused(); }
   [[noreturn]] void abort(int) override { unused(); }
 

@@ -6,15 +6,21 @@
 //  - all_gather in rank order, broadcast from a non-zero root;
 //  - the byte counters: an all-reduce of n floats sends 2 n (w - 1) floats over all ranks;
 //  - ZeRO-1's range collectives over uneven ranges (one empty): reduce_scatter_sum gives each
-//    rank the rank-order fold of its range, all_gather and gather move each rank's bytes.
+//    rank the rank-order fold of its range, all_gather and gather move each rank's bytes;
+//  - expert parallelism's primitives: split into groups (expert-parallel, expert-data-parallel,
+//    one group, rank 0 and the rest) ranked by key then old rank, whose sums fold only the
+//    group's ranks in group-rank order and whose byte counters are their own; all_to_all_v with
+//    uneven and empty blocks, every byte checked; size vectors that do not fit refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -160,6 +166,132 @@ TEST(MpiCommunicator, AllGatherAndGatherOfRangesMoveEachRanksBytes) {
   EXPECT_EQ(sent, n - (b[size_t(root) + 1] - b[size_t(root)]));
   // Bounds that do not cover the buffer are refused, on every rank alike.
   EXPECT_THROW(comm->all_gather(buf.data(), std::vector<int64_t>(size_t(w), 0)), std::exception);
+}
+
+// Splits the world by color(q), key(q) of each rank q and checks the child against the members
+// it should hold: the ranks of this rank's color sorted by (key, old rank).
+void check_split(const std::function<int(int)>& color, const std::function<int(int)>& key) {
+  const int w = comm->world(), r = comm->rank();
+  std::vector<int> members;  // old ranks in child-rank order
+  for (int q = 0; q < w; ++q)
+    if (color(q) == color(r)) members.push_back(q);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return key(a) < key(b); });
+  const int g = int(members.size());
+  const int64_t parent_before = comm->bytes_sent().total();
+
+  // Checks that fail on one rank only do not return early: the others would wait for it.
+  const std::unique_ptr<eco::Communicator> child = comm->split(color(r), key(r));
+  EXPECT_EQ(child->world(), g);
+  EXPECT_EQ(child->rank() < g ? members[size_t(child->rank())] : -1, r)
+      << "group " << color(r) << " key " << key(r);
+  EXPECT_EQ(child->name(), "mpi");
+  EXPECT_EQ(child->bytes_sent().total(), 0);
+
+  // The child's sum folds its members' values in child-rank order, bit for bit.
+  const int64_t n = 1001;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = value<float>(r, i);
+  child->all_reduce_sum(x.data(), n);
+  int64_t order_matters = 0, wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float fold = 0.0f, reversed = 0.0f;
+    for (int q : members) fold += value<float>(q, i);
+    for (auto q = members.rbegin(); q != members.rend(); ++q) reversed += value<float>(*q, i);
+    order_matters += fold != reversed;
+    if (std::memcmp(&x[size_t(i)], &fold, sizeof fold) != 0 && wrong++ == 0) {
+      ADD_FAILURE() << "element " << i << ": " << x[size_t(i)]
+                    << " vs the group-rank-order fold " << fold;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "elements that are not the group-rank-order fold";
+  if (g > 2) {
+    EXPECT_GT(order_matters, 0) << "the values do not tell the orders apart";
+  }
+
+  // The child counts its own bytes (an all-reduce of n floats: 2 n (g - 1) over the group) and
+  // the parent's counters do not move.
+  int64_t sent = child->bytes_sent().all_reduce;
+  child->all_reduce_sum(&sent, 1);
+  EXPECT_EQ(sent, 2 * n * (g - 1) * int64_t(sizeof(float)));
+  EXPECT_EQ(child->bytes_sent().total(), child->bytes_sent().all_reduce);
+  EXPECT_EQ(comm->bytes_sent().total(), parent_before);
+}
+
+// The header's groups of world = dp x ep, with ep = w / 2 (under -np 4: ep groups {0, 1} and
+// {2, 3}, expert-data-parallel groups {0, 2} and {1, 3}; under -np 2: {0}, {1} and {0, 1}).
+TEST(MpiCommunicator, SplitFormsTheExpertParallelGroups) {
+  const int ep = std::max(comm->world() / 2, 1);
+  check_split([=](int q) { return q / ep; }, [=](int q) { return q % ep; });
+}
+TEST(MpiCommunicator, SplitFormsTheExpertDataParallelGroups) {
+  const int ep = std::max(comm->world() / 2, 1);
+  check_split([=](int q) { return q % ep; }, [=](int q) { return q / ep; });
+}
+// One group, keys 0, 0, -1, -1: ranks 2, 3, 0, 1 under -np 4 (equal keys by old rank).
+TEST(MpiCommunicator, SplitRanksByKeyThenByOldRank) {
+  check_split([](int) { return 0; }, [](int q) { return -(q / 2); });
+}
+// Rank 0 alone, and the rest backwards (3 ranks under -np 4: the order of the sum matters).
+TEST(MpiCommunicator, SplitOffRankZeroFoldsTheRestInKeyOrder) {
+  check_split([](int q) { return q == 0 ? 0 : 1; }, [](int q) { return 100 - q; });
+}
+
+TEST(MpiCommunicator, SplitRefusesANegativeColor) {
+  EXPECT_THROW(comm->split(-1, 0), std::exception);  // on every rank alike, before MPI
+}
+
+// all_to_all_v's block from rank s to rank d: (s + 2 d) % 5 bytes (some empty), byte j of it
+// 50 s + 10 d + j (distinct for worlds up to 5).
+int64_t block_bytes(int s, int d) { return (s + 2 * d) % 5; }
+unsigned char block_byte(int s, int d, int64_t j) {
+  return static_cast<unsigned char>(50 * s + 10 * d + j);
+}
+
+TEST(MpiCommunicator, AllToAllVDeliversEveryBlockInRankOrder) {
+  const int w = comm->world(), r = comm->rank();
+  std::vector<int64_t> send_bytes(static_cast<size_t>(w)), recv_bytes(static_cast<size_t>(w));
+  for (int q = 0; q < w; ++q) {
+    send_bytes[size_t(q)] = block_bytes(r, q);
+    recv_bytes[size_t(q)] = block_bytes(q, r);
+  }
+  std::vector<unsigned char> send;
+  for (int d = 0; d < w; ++d)
+    for (int64_t j = 0; j < block_bytes(r, d); ++j) send.push_back(block_byte(r, d, j));
+  const int64_t total = std::accumulate(recv_bytes.begin(), recv_bytes.end(), int64_t(0));
+  // One guard byte past the end must stay as it was.
+  std::vector<unsigned char> recv(static_cast<size_t>(total) + 1, 0xEE);
+  for (int round = 0; round < 2; ++round) {  // twice: one exchange does not leak into the next
+    const int64_t before = comm->bytes_sent().all_to_all;
+    comm->all_to_all_v(send.data(), send_bytes, recv.data(), recv_bytes);
+    size_t at = 0;
+    int64_t wrong = 0;
+    for (int s = 0; s < w; ++s)
+      for (int64_t j = 0; j < block_bytes(s, r); ++j, ++at)
+        if (recv[at] != block_byte(s, r, j) && wrong++ == 0) {
+          ADD_FAILURE() << "byte " << j << " of the block from rank " << s << " to rank " << r
+                        << ": " << int(recv[at]) << " vs " << int(block_byte(s, r, j));
+        }
+    EXPECT_EQ(wrong, 0) << "wrong bytes received in exchange " << round;
+    EXPECT_EQ(recv[at], 0xEE) << "written past the last block";
+    int64_t to_others = 0;
+    for (int d = 0; d < w; ++d)
+      if (d != r) to_others += block_bytes(r, d);
+    EXPECT_EQ(comm->bytes_sent().all_to_all - before, to_others);
+    std::fill(recv.begin(), recv.end(), 0xEE);
+  }
+}
+
+TEST(MpiCommunicator, AllToAllVRefusesASizeVectorThatIsNotOneBlockPerRank) {
+  const int w = comm->world();
+  std::vector<unsigned char> buf(static_cast<size_t>(w) + 1), out(static_cast<size_t>(w) + 1);
+  const std::vector<int64_t> ones(static_cast<size_t>(w), 1), extra(static_cast<size_t>(w) + 1, 1);
+  // On every rank alike, before anything is sent.
+  EXPECT_THROW(comm->all_to_all_v(buf.data(), extra, out.data(), ones), std::exception);
+  EXPECT_THROW(comm->all_to_all_v(buf.data(), ones, out.data(), extra), std::exception);
+  std::vector<int64_t> negative = ones;
+  negative.back() = -1;
+  EXPECT_THROW(comm->all_to_all_v(buf.data(), negative, out.data(), negative), std::exception);
 }
 
 }  // namespace
