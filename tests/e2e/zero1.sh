@@ -2,10 +2,10 @@
 # every parameter, updates them, and all-gathers the stored weights (FP8 / INT4 codes and scales,
 # plain values). The training state must be byte-identical to zero 0 (every rank updating all of
 # it) and to one rank accumulating the same micro-batches: fp32, bf16-mw, fp8-eco-sr, int4-eco-sr
-# (per-tensor scales: whole tensors per rank), SGD with momentum (no v), a sigmoid_bias sparse MoE,
-# and 4 ranks with parameters divided between ranks by rows. A ZeRO-1 checkpoint holds the whole
-# moments (gathered to rank 0): it resumes on one rank at zero 0, and one rank's checkpoint resumes
-# on 2 ranks at zero 1, byte for byte. summary.json reports the bytes all-gathered per quantized
+# (per-tensor scales: whole tensors per rank), bf16 moments, SGD with momentum (no v), a
+# sigmoid_bias sparse MoE, and 4 ranks with parameters divided between ranks by rows. A ZeRO-1
+# checkpoint holds the whole moments (gathered to rank 0): it resumes on one rank at zero 0, and
+# one rank's checkpoint resumes on 2 ranks at zero 1, byte for byte. summary.json reports the bytes all-gathered per quantized
 # parameter (codes + scales: 1 + 4 / columns under per-row FP8 scales, against 2 for bf16).
 # Skips (77) without mpirun or in a build without MPI.
 source "$(dirname "$0")/lib/common.bash"
@@ -49,6 +49,9 @@ for t in fp32 bf16-mw fp8-eco-sr int4-eco-sr; do
 done
 run z0_fp8 2 0
 same z0_fp8 z1_fp8-eco-sr
+run one_bf16state 1 0 --set optim.state_dtype=bf16 --set train.grad_accum=2
+run z1_bf16state 2 1 --set optim.state_dtype=bf16
+same one_bf16state z1_bf16state
 run one_sgdm 1 0 --set optim.name=sgdm --set train.grad_accum=2
 run z1_sgdm 2 1 --set optim.name=sgdm
 same one_sgdm z1_sgdm
