@@ -26,6 +26,12 @@ struct ExpertParallel {
   bool owns(int x, int n_experts) const { return owner(x, n_experts) == rank; }
 };
 
+// The placement of world rank `world_rank` of dp x ep ranks, without its communicators (a
+// plan's, or the trainer's before it splits the groups).
+inline ExpertParallel expert_placement(int dp, int ep, int world_rank) {
+  return ExpertParallel{ep, world_rank % ep, dp, world_rank / ep, nullptr, nullptr};
+}
+
 // The routed expert a parameter belongs to: "h.3.mlp.experts.5.fc.weight" -> 5; -1 for every
 // other parameter (dense, router, shared experts).
 int routed_expert_of(const std::string& name);

@@ -74,8 +74,7 @@ MoeMlp::MoeMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t
     expert_base_.push_back(base);
     span_ = end.offset + end.numel() - base;
   }
-  acc_ = ws("ep_source_grads", {int64_t(P.ep) * local_ * span_}, dt, MemCategory::Grads);
-  ctx.be.zero(acc_);
+  acc_ = ws("ep_source_grads", {int64_t(P.ep) * local_ * span_}, dt, MemCategory::Grads);  // zeros
 }
 
 void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& normed, int N) {

@@ -49,7 +49,9 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
     const int r = comm_->rank();
     ep_comm_ = comm_->split(r / par.ep, r % par.ep);
     edp_comm_ = comm_->split(r % par.ep, r / par.ep);
-    ep_ = ExpertParallel{par.ep, r % par.ep, par.dp, r / par.ep, ep_comm_.get(), edp_comm_.get()};
+    ep_ = expert_placement(par.dp, par.ep, r);
+    ep_.ep_comm = ep_comm_.get();
+    ep_.edp_comm = edp_comm_.get();
     if (!backend_->host_memory())
       usage_error("{}: key 'parallel.ep': expert parallelism runs on device: cpu only, today",
                   cfg_.source_path);
