@@ -70,12 +70,22 @@ run dp2_accum 2 1 --set train.grad_accum=2
 run ep2_accum 1 2 --set train.grad_accum=2
 same dp2_accum ep2_accum
 
-# The control: another router is another training; the comparison can fail.
-if "$CKPT" diff "$WORK/dp2_softmax_topk_fp8-eco-sr/ckpt_00000010.bin" \
-  "$WORK/ep2_sigmoid_bias_fp8-eco-sr/ckpt_00000010.bin" >diff_control.txt; then
-  fail "the control run equals the ep 2 run: the comparison cannot fail"
+# The control: the same ranks and sections, the selection bias moving twice as fast: another
+# training, and eco-ckpt diff says so.
+run control 1 2 --set model.moe.bias_update_rate=0.02
+if "$CKPT" diff "$WORK/dp2_sigmoid_bias_fp8-eco-sr/ckpt_00000010.bin" \
+  "$WORK/control/ckpt_00000010.bin" >diff_control.txt; then
+  fail "the control run equals the dp 2 run: the comparison cannot fail"
 fi
 echo "ok: the control differs ($(tail -1 diff_control.txt))"
+
+# Each rank stores half the experts: the plan's expert codes (quantize: experts) are halved.
+dp_plan=$("${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" "${sigmoid_bias[@]}" \
+  --set parallel.dp=2 --plan 2>&1) || { echo "$dp_plan"; fail "--plan (dp 2) failed"; }
+codes() { awk '$1 == "quant_codes" {print $2}' <<<"$1"; }
+[ "$(codes "$probe")" -gt 0 ] && [ $(($(codes "$probe") * 2)) -eq "$(codes "$dp_plan")" ] ||
+  fail "ep 2's plan holds $(codes "$probe") bytes of expert codes, dp 2's $(codes "$dp_plan"): not half"
+echo "ok: ep 2 holds $(codes "$probe") bytes of expert codes a rank, dp 2 $(codes "$dp_plan")"
 
 # Checkpoints hold every expert, whatever the placement: ep 2 -> dp 2 and dp 2 -> ep 2.
 run ck_ep2 1 2 --set train.checkpoint_interval=5 --set train.keep_checkpoints=5
