@@ -499,9 +499,10 @@ std::vector<std::string> trajectory_differences(const std::string& saved_yaml, c
     const std::string dp = value(root, "parallel.dp"), ep = value(root, "parallel.ep"),
                       accum = value(root, "train.grad_accum");
     // Every rank of dp x ep reads its own micro-batch.
-    const int64_t d = (dp == "(absent)" ? 1 : std::stoll(dp)) * (ep == "(absent)" ? 1 : std::stoll(ep));
+    const int64_t d = dp == "(absent)" ? 1 : std::stoll(dp);
+    const int64_t e = ep == "(absent)" ? 1 : std::stoll(ep);
     const int64_t a = accum == "(absent)" ? 1 : std::stoll(accum);
-    return {d * a, fmt::format("{} x {} = {}", d, a, d * a)};
+    return {d * e * a, fmt::format("{} x {} x {} = {}", d, e, a, d * e * a)};
   };
   const auto [was_n, was_text] = micro_batches(saved);
   const auto [is_n, is_text] = micro_batches(now);

@@ -466,7 +466,7 @@ TEST(ConfigParallel, ResumesExpertParallelRunsAtDataParallelWorlds) {
   EXPECT_TRUE(eco::trajectory_differences(eco::to_yaml(ep2), dp2).empty());
   const auto diffs = eco::trajectory_differences(eco::to_yaml(ep2), parse(base_yaml(moe)));
   ASSERT_EQ(diffs.size(), 1u);
-  EXPECT_NE(diffs[0].find("2 x 1 = 2 in the checkpoint, 1 x 1 = 1 now"), std::string::npos)
+  EXPECT_NE(diffs[0].find("1 x 2 x 1 = 2 in the checkpoint, 1 x 1 x 1 = 1 now"), std::string::npos)
       << diffs[0];
 }
 
@@ -480,8 +480,8 @@ TEST(ConfigParallel, ResumesAtAnotherWorldSizeWithTheSameMicroBatches) {
   EXPECT_TRUE(eco::trajectory_differences(eco::to_yaml(accum4), dp2x2).empty());
   const auto diffs = eco::trajectory_differences(eco::to_yaml(dp4), parse(base_yaml()));
   ASSERT_EQ(diffs.size(), 1u);
-  EXPECT_NE(diffs[0].find("parallel.dp x parallel.ep x train.grad_accum (micro-batches a step): 4 x 1 = 4 in "
-                          "the checkpoint, 1 x 1 = 1 now"),
+  EXPECT_NE(diffs[0].find("parallel.dp x parallel.ep x train.grad_accum (micro-batches a step): "
+                          "4 x 1 x 1 = 4 in the checkpoint, 1 x 1 x 1 = 1 now"),
             std::string::npos)
       << diffs[0];
 }
