@@ -4,7 +4,8 @@
 # segment, and expert gradients are folded over the world in rank order. The training state must
 # be byte-identical (eco-ckpt diff) to the same world without expert parallelism: ep 2 to dp 2,
 # ep 2 x dp 2 to dp 4, for a sigmoid_bias and a softmax_topk SMoE under fp8-eco-sr (experts
-# quantized) and fp32; grad_accum 2 keeps the bits too (each source's accumulation is kept). A
+# quantized) and fp32, a llama SMoE with a shared expert and dropped tokens; grad_accum 2 keeps
+# the bits too (each source's accumulation is kept). A
 # checkpoint always holds every expert: an ep 2 run's step-5 checkpoint continued at dp 2 ends
 # where the uninterrupted run does, and dp 2 -> ep 2 too. A control (another router) differs.
 # Skips (77) without mpirun or in a build without MPI.
@@ -56,6 +57,14 @@ for router in sigmoid_bias softmax_topk; do
 done
 grep -q "rank 0) holds experts \[0, 2) of 4" ep2_sigmoid_bias_fp8-eco-sr.log ||
   fail "the ep 2 log does not say which experts rank 0 holds"
+
+# A llama-family SMoE: SwiGLU experts (no biases), a shared expert, and a capacity factor that
+# drops tokens (padding and dropped slots cross the exchange as they are).
+llama=(--set model.family=llama --set model.moe.n_shared_experts=1 --set model.moe.capacity_factor=1.0)
+run dp2_llama 2 1 "${llama[@]}" "${softmax_topk[@]}"
+run ep2_llama 1 2 "${llama[@]}" "${softmax_topk[@]}"
+same dp2_llama ep2_llama
+grep -Eq "dropped [1-9]" ep2_llama.log || fail "the capacity factor dropped no token: drops untested"
 
 # 4 ranks: ep 2 x dp 2 against dp 4 (expert gradients folded over the world in rank order).
 run dp4 4 1
