@@ -252,8 +252,8 @@ Config from_node(YAML::Node root, const std::string& origin) {
             "parallel.timeout_s",
             fmt::format("must be 0 (wait forever) or seconds in (0, 1e7], got {}", p.timeout_s));
     require_range(p.dp, 1, ConfigLimits::kMaxRanks, origin, "parallel.dp");
-    require(p.ep == 1, origin, "parallel.ep",
-            fmt::format("must be 1: expert parallelism is not built yet (issue 14), got {}", p.ep));
+    require_range(p.ep, 1, ConfigLimits::kMaxRanks, origin, "parallel.ep");
+    require_range(int64_t(p.dp) * p.ep, 1, ConfigLimits::kMaxRanks, origin, "parallel.dp");
     require(p.zero == 0 || p.zero == 1, origin, "parallel.zero",
             fmt::format("must be 0 or 1, got {}", p.zero));
   }
@@ -261,6 +261,25 @@ Config from_node(YAML::Node root, const std::string& origin) {
     const YAML::Node d = root["device"];
     if (!d.IsScalar()) usage_error("{}: key 'device' must be 'cpu' or 'cuda'", origin);
     c.device = parse_enum(kDeviceNames, d.Scalar(), origin, "device");
+  }
+  // Expert parallelism (model/expert_parallel.h): rank e of an expert-parallel group owns
+  // experts [e E / ep, (e + 1) E / ep) of every MoE layer.
+  if (const ParallelConfig& p = c.parallel; p.ep > 1) {
+    const MoeConfig& moe = c.model.moe;
+    require(moe.enabled(), origin, "parallel.ep",
+            fmt::format("is {}: expert parallelism needs a MoE model (model.moe.n_experts)", p.ep));
+    require(moe.n_experts % p.ep == 0, origin, "parallel.ep",
+            fmt::format("is {}: it must divide model.moe.n_experts ({}), each rank owning the "
+                        "same number of experts",
+                        p.ep, moe.n_experts));
+    require(p.zero == 0, origin, "parallel.zero",
+            fmt::format("must be 0 with parallel.ep {}: ZeRO-1 with expert parallelism is not "
+                        "built yet",
+                        p.ep));
+    require(c.device == Device::Cpu, origin, "parallel.ep",
+            fmt::format("is {}: expert parallelism runs on device: cpu only, today (the CUDA "
+                        "token exchange is not built yet)",
+                        p.ep));
   }
   return c;
 }
@@ -477,15 +496,18 @@ std::vector<std::string> trajectory_differences(const std::string& saved_yaml, c
   // same number continues the same training (the ranks read the windows one rank accumulating
   // them would, and the gradient fold is the same), so a run may resume at another world size.
   const auto micro_batches = [&](const YAML::Node& root) -> std::pair<int64_t, std::string> {
-    const std::string dp = value(root, "parallel.dp"), accum = value(root, "train.grad_accum");
+    const std::string dp = value(root, "parallel.dp"), ep = value(root, "parallel.ep"),
+                      accum = value(root, "train.grad_accum");
+    // Every rank of dp x ep reads its own micro-batch.
     const int64_t d = dp == "(absent)" ? 1 : std::stoll(dp);
+    const int64_t e = ep == "(absent)" ? 1 : std::stoll(ep);
     const int64_t a = accum == "(absent)" ? 1 : std::stoll(accum);
-    return {d * a, fmt::format("{} x {} = {}", d, a, d * a)};
+    return {d * e * a, fmt::format("{} x {} x {} = {}", d, e, a, d * e * a)};
   };
   const auto [was_n, was_text] = micro_batches(saved);
   const auto [is_n, is_text] = micro_batches(now);
   if (was_n != is_n)
-    out.push_back(fmt::format("parallel.dp x train.grad_accum (micro-batches a step): {} in the "
+    out.push_back(fmt::format("parallel.dp x parallel.ep x train.grad_accum (micro-batches a step): {} in the "
                               "checkpoint, {} now",
                               was_text, is_text));
   return out;

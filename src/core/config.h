@@ -157,7 +157,7 @@ struct PrecisionConfig {
 // refused until expert parallelism exists.
 struct ParallelConfig {
   int dp = 1;    // data-parallel ranks
-  int ep = 1;    // expert-parallel ranks (1 only, today)
+  int ep = 1;    // expert-parallel ranks: the routed experts split over them (world = dp x ep)
   int zero = 0;  // 0: every rank holds the whole optimizer state; 1: ZeRO-1
   // A collective that waits longer than this for the other ranks ends the run (a rank that is
   // stuck, or gone without the launcher noticing); 0: wait forever. Rank 0 writing a large
@@ -176,9 +176,9 @@ struct Config {
   Device device = Device::Cpu;
   std::string source_path;        // the YAML file it came from (for messages)
 
-  // Global: every data-parallel rank's micro-batches.
+  // Global: every rank's micro-batches (each of the dp x ep ranks reads its own).
   int64_t tokens_per_step() const {
-    return int64_t(train.batch_size) * train.grad_accum * model.seq_len * parallel.dp;
+    return int64_t(train.batch_size) * train.grad_accum * model.seq_len * parallel.world();
   }
   int64_t total_steps() const;    // max_steps, or ceil(max_tokens / tokens_per_step)
   int64_t warmup_steps() const;

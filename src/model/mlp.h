@@ -30,6 +30,9 @@ class Mlp {
   // micro-batches), so that data-parallel ranks can sum them over the ranks first; null when the
   // MLP keeps none.
   virtual std::vector<int64_t>* step_loads() { return nullptr; }
+  // Expert parallelism: after the step's micro-batches, the local experts' gradients = every
+  // source rank's, summed in world rank order (MoeMlp); the dense MLP has nothing to do.
+  virtual void reduce_expert_gradients(const ModelContext& /*ctx*/) {}
   // The router's figures of the last forward (MoE layers), else null.
   struct MoeStats {
     std::vector<int64_t> routed;  // (E) slots routed to each expert

@@ -6,6 +6,7 @@
 
 #include "core/config.h"
 #include "model/backend.h"
+#include "model/expert_parallel.h"
 #include "model/param_store.h"
 
 namespace eco {
@@ -19,6 +20,8 @@ struct ModelContext {
   // loss_scale): the backward of a loss term added inside the model (MoE aux and z losses)
   // takes it, as the cross-entropy's gradient does.
   float loss_scale = 1.0f;
+  // Expert parallelism (model/expert_parallel.h); null or ep 1: every expert is here.
+  const ExpertParallel* ep = nullptr;
 
   // Index into the parameter table; -1 when the family has no such parameter.
   int index(const std::string& name) const;

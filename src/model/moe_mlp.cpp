@@ -39,10 +39,42 @@ MoeMlp::MoeMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t
   row_of_slot_ = act("row_of_slot", {N * k}, DType::I32);
   token_of_row_ = act("token_of_row", {R}, DType::I32);
   rows_x_ = act("rows_in", {R, C}, at);
-  rows_fc_ = act("rows_fc", {R, m.expert_fc_rows()}, at);
-  rows_act_ = act("rows_act", {R, m.expert_hidden}, at);
   rows_y_ = act("rows_out", {R, C}, at);
   step_routed_.assign(size_t(E), 0);
+  ep_ = ctx.ep && ctx.ep->enabled();
+  if (!ep_) {
+    rows_fc_ = act("rows_fc", {R, m.expert_fc_rows()}, at);
+    rows_act_ = act("rows_act", {R, m.expert_hidden}, at);
+    ex_x_ = rows_x_, ex_fc_ = rows_fc_, ex_act_ = rows_act_, ex_y_ = rows_y_;
+    return;
+  }
+  // Expert parallelism: this rank's experts see at most every source's R rows.
+  const ExpertParallel& P = *ctx.ep;
+  local_ = int(E / P.ep);
+  first_ = P.rank * local_;
+  const int64_t RR = P.ep * R;
+  ex_x_ = act("ep_rows_in", {RR, C}, at);
+  ex_fc_ = act("ep_rows_fc", {RR, m.expert_fc_rows()}, at);
+  ex_act_ = act("ep_rows_act", {RR, m.expert_hidden}, at);
+  ex_y_ = act("ep_rows_out", {RR, C}, at);
+  auto ws = [&](const char* what, std::vector<int64_t> shape, DType dtype, MemCategory cat) {
+    return ctx.be.alloc(fmt::format("h.{}.moe.{}", layer, what), std::move(shape), dtype, cat);
+  };
+  d_in_ = ws("ep_d_rows", {RR, C}, at, MemCategory::Workspace);
+  d_act_ = ws("ep_d_act", {RR, m.expert_hidden}, at, MemCategory::Workspace);
+  d_fc_ = ws("ep_d_fc", {RR, m.expert_fc_rows()}, at, MemCategory::Workspace);
+  // An expert's parameters are consecutive in the table (fc.weight, fc.bias, proj.weight,
+  // proj.bias): one span of the flat gradient.
+  const auto& specs = ctx.store.table().specs;
+  for (int k = 0; k < local_; ++k) {
+    const int x = first_ + k;
+    const LinearRef last = proj_[size_t(x)];
+    const ParamSpec& end = specs[size_t(last.bias >= 0 ? last.bias : last.weight)];
+    const int64_t base = specs[size_t(fc_[size_t(x)].weight)].offset;
+    expert_base_.push_back(base);
+    span_ = end.offset + end.numel() - base;
+  }
+  acc_ = ws("ep_source_grads", {int64_t(P.ep) * local_ * span_}, dt, MemCategory::Grads);  // zeros
 }
 
 void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& normed, int N) {
@@ -55,7 +87,10 @@ void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& n
                m.norm_topk);
   dispatch_ = be.moe_dispatch(row_of_slot_, token_of_row_, idx_, gates_, N, E, k, m.capacity(N));
   be.moe_gather(rows_x_, normed, token_of_row_, dispatch_.rows, C);  // (R, C)
+  plan_segments(ctx);
+  if (ep_) exchange(ctx, rows_x_, send_rows_, ex_x_, recv_rows_, C);  // to the experts' owners
   experts_forward(ctx);
+  if (ep_) exchange(ctx, ex_y_, recv_rows_, rows_y_, send_rows_, C);  // and back
   if (shared_) shared_->forward(ctx, out, normed, N);  // out = shared experts (N, C)
   be.moe_combine(out, rows_y_, gates_, row_of_slot_, N, C, k, /*accumulate=*/bool(shared_));
 
@@ -73,31 +108,67 @@ void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& n
   stats_.entropy = sums.entropy_sum / N;
 }
 
-template <class Fn>
-void MoeMlp::for_each_segment(Fn fn) const {
-  // A segment runs to the next one's start: its padding rows (zero inputs) go through the
-  // GEMMs too, which then see whole tiles.
+void MoeMlp::plan_segments(const ModelContext& ctx) {
   const size_t E = dispatch_.offsets.size();
-  for (size_t e = 0; e < E; ++e) {
-    const int64_t r0 = dispatch_.offsets[e];
-    const int64_t n = (e + 1 < E ? dispatch_.offsets[e + 1] : dispatch_.rows) - r0;
-    if (n > 0) fn(e, r0, int(n));
+  std::vector<int64_t> seg(E);  // expert e's segment of the permuted rows, padding included
+  for (size_t e = 0; e < E; ++e)
+    seg[e] = (e + 1 < E ? dispatch_.offsets[e + 1] : dispatch_.rows) - dispatch_.offsets[e];
+  segments_.clear();
+  if (!ep_) {
+    for (size_t e = 0; e < E; ++e)
+      if (seg[e] > 0) segments_.push_back({int(e), dispatch_.offsets[e], int(seg[e]), 0});
+    ex_rows_ = dispatch_.rows;
+    return;
   }
+  // Rank d of the group owns experts [d L, (d + 1) L): its rows are one run of the permuted
+  // rows, and the runs lie in rank order, so rows_x_ is the send buffer as it is. Each source's
+  // rows of each local expert keep their segment (the GEMM the source would run at ep 1).
+  const ExpertParallel& P = *ctx.ep;
+  seg_rows_.resize(size_t(P.ep) * E);
+  P.ep_comm->all_gather(seg_rows_.data(), seg.data(), int64_t(E * sizeof(int64_t)));
+  send_rows_.assign(size_t(P.ep), 0);
+  recv_rows_.assign(size_t(P.ep), 0);
+  for (size_t e = 0; e < E; ++e) send_rows_[size_t(P.owner(int(e), int(E)))] += seg[e];
+  int64_t r = 0;
+  for (int s = 0; s < P.ep; ++s)
+    for (int k = 0; k < local_; ++k) {
+      const int64_t n = seg_rows_[size_t(s) * E + size_t(first_ + k)];
+      if (n > 0) segments_.push_back({first_ + k, r, int(n), s});
+      r += n;
+      recv_rows_[size_t(s)] += n;
+    }
+  ex_rows_ = r;
+  ECO_ASSERT(r <= ex_x_.shape[0], "expert parallelism: {} rows for this rank's experts, room for {}",
+             r, ex_x_.shape[0]);
+}
+
+void MoeMlp::exchange(const ModelContext& ctx, const Tensor& from,
+                      const std::vector<int64_t>& from_rows, const Tensor& to,
+                      const std::vector<int64_t>& to_rows, int width) {
+  ECO_ASSERT(ctx.be.host_memory(), "expert parallelism's exchange on device memory");
+  const int64_t row_bytes = int64_t(width) * int64_t(dtype_size(from.dtype));
+  std::vector<int64_t> sb(from_rows.size()), rb(to_rows.size());
+  for (size_t d = 0; d < sb.size(); ++d) sb[d] = from_rows[d] * row_bytes;
+  for (size_t d = 0; d < rb.size(); ++d) rb[d] = to_rows[d] * row_bytes;
+  ctx.ep->ep_comm->all_to_all_v(from.data, sb, to.data, rb);
 }
 
 void MoeMlp::experts_forward(const ModelContext& ctx) {
   const MoeConfig& m = ctx.cfg.moe;
   const int C = ctx.cfg.d_model, H = m.expert_hidden, FC = int(m.expert_fc_rows());
-  for_each_segment([&](size_t e, int64_t r0, int n) {
-    const Tensor x = rows_x_.slice(r0 * C, {n, C}), h = rows_fc_.slice(r0 * FC, {n, FC}),
-                 a = rows_act_.slice(r0 * H, {n, H}), y = rows_y_.slice(r0 * C, {n, C});
+  for (const Segment& g : segments_) {
+    const int64_t r0 = g.r0;
+    const int n = g.n;
+    const size_t e = size_t(g.expert);
+    const Tensor x = ex_x_.slice(r0 * C, {n, C}), h = ex_fc_.slice(r0 * FC, {n, FC}),
+                 a = ex_act_.slice(r0 * H, {n, H}), y = ex_y_.slice(r0 * C, {n, C});
     linear_forward(ctx, fc_[e], h, x, x, n, C, FC);  // the rows are a copy: cast in place
     if (m.expert_act == MlpKind::Swiglu)
       ctx.be.swiglu_forward(a, h, n, H);
     else
       ctx.be.gelu_forward(a, h, int64_t(n) * H);
     linear_forward(ctx, proj_[e], y, a, a, n, H, C);
-  });
+  }
 }
 
 void MoeMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tensor& d_normed,
@@ -113,7 +184,13 @@ void MoeMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tens
   if (dispatch_.rows > dispatch_.kept) be.zero(s.moe_d_rows);
   be.moe_combine_backward(s.moe_d_rows, s.moe_d_gates, d_out, rows_y_, gates_, row_of_slot_, N,
                           C, k);
-  experts_backward(ctx, s);
+  if (!ep_) {
+    experts_backward(ctx, s.moe_d_rows, s.moe_d_act, s.moe_d_fc);
+  } else {  // dL/dy to the experts' owners, dL/dx back
+    exchange(ctx, s.moe_d_rows, send_rows_, d_in_, recv_rows_, C);
+    experts_backward(ctx, d_in_, d_act_, d_fc_);
+    exchange(ctx, d_in_, recv_rows_, s.moe_d_rows, send_rows_, C);
+  }
   be.moe_scatter_add(d_normed, s.moe_d_rows, row_of_slot_, N, C, k);
 
   // Router: the gates' gradient plus the aux loss (dAux/dp_{t,i} = c E n_i / (k N^2)) and the
@@ -133,28 +210,91 @@ void MoeMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tens
   for (int e = 0; e < E; ++e) step_routed_[size_t(e)] += dispatch_.routed[size_t(e)];
 }
 
-void MoeMlp::experts_backward(const ModelContext& ctx, const BlockScratch& s) {
+template <class Run>
+void MoeMlp::segment_grads(const ModelContext& ctx, LinearRef l, const Segment& g, Run run) {
+  if (!ep_) {
+    run();
+    return;
+  }
+  // The GEMM writes into a zeroed slot (never accumulates into a nonzero gradient: the blocked
+  // GEMM would round differently), which is then added to the source's accumulator: the sum
+  // over micro-batches that rank `source` would hold at ep 1.
+  const auto& specs = ctx.store.table().specs;
+  const int k = g.expert - first_;
+  for (int i : {l.weight, l.bias}) {
+    if (i < 0) continue;
+    ctx.be.zero(ctx.g(i));
+  }
+  run();
+  for (int i : {l.weight, l.bias}) {
+    if (i < 0) continue;
+    const ParamSpec& sp = specs[size_t(i)];
+    const int64_t at = (int64_t(g.source) * local_ + k) * span_ + sp.offset - expert_base_[size_t(k)];
+    ctx.be.add_inplace(acc_.slice(at, {sp.numel()}), ctx.g(i), sp.numel());
+  }
+}
+
+void MoeMlp::experts_backward(const ModelContext& ctx, const Tensor& d_rows, const Tensor& d_act,
+                              const Tensor& d_fc) {
   const MoeConfig& m = ctx.cfg.moe;
   const int C = ctx.cfg.d_model, H = m.expert_hidden, FC = int(m.expert_fc_rows());
-  const int64_t R = dispatch_.rows;
+  const int64_t R = ex_rows_;
   Backend& be = ctx.be;
   // proj backward of every expert (d_rows holds dL/d y), then the activation over all rows,
   // then fc backward into d_rows again (now dL/d x; its dL/d y is spent).
-  be.zero(s.moe_d_act);
-  for_each_segment([&](size_t e, int64_t r0, int n) {
-    linear_backward(ctx, proj_[e], s.moe_d_act.slice(r0 * H, {n, H}),
-                    s.moe_d_rows.slice(r0 * C, {n, C}), rows_act_.slice(r0 * H, {n, H}), n, H, C);
-  });
-  be.zero(s.moe_d_fc);
-  if (m.expert_act == MlpKind::Swiglu)
-    be.swiglu_backward(s.moe_d_fc, s.moe_d_act, rows_fc_, int(R), H);
-  else
-    be.gelu_backward(s.moe_d_fc, rows_fc_, s.moe_d_act, R * H);
-  be.zero(s.moe_d_rows);
-  for_each_segment([&](size_t e, int64_t r0, int n) {
-    linear_backward(ctx, fc_[e], s.moe_d_rows.slice(r0 * C, {n, C}),
-                    s.moe_d_fc.slice(r0 * FC, {n, FC}), rows_x_.slice(r0 * C, {n, C}), n, C, FC);
-  });
+  be.zero(d_act);
+  for (const Segment& g : segments_) {
+    const int64_t r0 = g.r0;
+    const int n = g.n;
+    const LinearRef l = proj_[size_t(g.expert)];
+    segment_grads(ctx, l, g, [&] {
+      linear_backward(ctx, l, d_act.slice(r0 * H, {n, H}), d_rows.slice(r0 * C, {n, C}),
+                      ex_act_.slice(r0 * H, {n, H}), n, H, C);
+    });
+  }
+  be.zero(d_fc);
+  if (R > 0) {
+    if (m.expert_act == MlpKind::Swiglu)
+      be.swiglu_backward(d_fc, d_act, ex_fc_, int(R), H);
+    else
+      be.gelu_backward(d_fc, ex_fc_, d_act, R * H);
+  }
+  be.zero(d_rows);
+  for (const Segment& g : segments_) {
+    const int64_t r0 = g.r0;
+    const int n = g.n;
+    const LinearRef l = fc_[size_t(g.expert)];
+    segment_grads(ctx, l, g, [&] {
+      linear_backward(ctx, l, d_rows.slice(r0 * C, {n, C}), d_fc.slice(r0 * FC, {n, FC}),
+                      ex_x_.slice(r0 * C, {n, C}), n, C, FC);
+    });
+  }
+  // The local experts' gradient slots stay zero until reduce_expert_gradients folds acc_.
+  if (ep_)
+    for (int k = 0; k < local_; ++k) be.zero(ctx.grads.slice(expert_base_[size_t(k)], {span_}));
+}
+
+void MoeMlp::reduce_expert_gradients(const ModelContext& ctx) {
+  if (!ep_) return;
+  // At ep 1 the world's all-reduce gives every expert ((0 + g_0) + g_1) + ... + g_{w-1} over the
+  // world's ranks. Here rank (d, s) = d ep + s: the sources of the expert-data-parallel groups'
+  // accumulators, gathered (dp > 1), are folded in that same order, d then s.
+  const ExpertParallel& P = *ctx.ep;
+  Backend& be = ctx.be;
+  Tensor parts = acc_;
+  if (P.dp > 1) {
+    ECO_ASSERT(acc_.dtype == DType::F32, "expert gradients in {}", dtype_name(acc_.dtype));
+    gathered_.resize(size_t(P.dp) * size_t(acc_.numel()));
+    P.edp_comm->all_gather(gathered_.data(), acc_.data, int64_t(acc_.bytes()));
+    parts = Tensor{gathered_.data(), {int64_t(gathered_.size())}, DType::F32};
+  }
+  for (int k = 0; k < local_; ++k) {
+    const Tensor g = ctx.grads.slice(expert_base_[size_t(k)], {span_});
+    be.zero(g);
+    for (int src = 0; src < P.dp * P.ep; ++src)
+      be.add_inplace(g, parts.slice((int64_t(src) * local_ + k) * span_, {span_}), span_);
+  }
+  be.zero(acc_);
 }
 
 void MoeMlp::after_optimizer_step(const ModelContext& ctx) {

@@ -4,6 +4,8 @@
 // on its segment through the ordinary (plain or quantized) linear path, a gate-weighted combine
 // in fixed k order, plus the shared experts (a dense MLP on every token). Forward and backward
 // written out; the load-balance (aux) and z losses enter the backward with the loss scale.
+// Under expert parallelism (model/expert_parallel.h) each expert's rows go to the rank that owns
+// it (all_to_all_v in the expert-parallel group) and come back; see moe_mlp.cpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -26,17 +28,36 @@ class MoeMlp : public Mlp {
   void after_optimizer_step(const ModelContext& ctx) override;
   std::vector<int64_t>* step_loads() override { return &step_routed_; }
   const MoeStats* moe_stats() const override { return &stats_; }
+  void reduce_expert_gradients(const ModelContext& ctx) override;
 
  private:
-  // The experts' forward on their row segments: rows_x_ -> rows_y_.
+  // One expert GEMM pair: `n` rows of ex_x_ from `r0` through expert `expert`, rows that rank
+  // `source` of the expert-parallel group dispatched (0 without expert parallelism). A segment
+  // runs to the next one's start: its padding rows (zero inputs) go through the GEMMs too.
+  struct Segment {
+    int expert;
+    int64_t r0;
+    int n;
+    int source;
+  };
+  // segments_ and ex_rows_ from the last dispatch; under expert parallelism also the row counts
+  // to and from each rank of the group (one all_gather of every rank's segment sizes).
+  void plan_segments(const ModelContext& ctx);
+  // all_to_all_v of rows of `width` values: block d of `from` (from_rows[d] rows) to rank d.
+  void exchange(const ModelContext& ctx, const Tensor& from, const std::vector<int64_t>& from_rows,
+                const Tensor& to, const std::vector<int64_t>& to_rows, int width);
+  // The experts' forward on their row segments: ex_x_ -> ex_y_.
   void experts_forward(const ModelContext& ctx);
-  // Their backward: from the output-row gradient s.moe_d_rows to the input-row gradient (in
-  // the same buffer), the experts' parameter gradients accumulated.
-  void experts_backward(const ModelContext& ctx, const BlockScratch& s);
-  // fn(expert, first row, rows) for every expert with rows in the last dispatch, in expert
-  // order: its contiguous segment of the permuted rows, padding rows included.
-  template <class Fn>
-  void for_each_segment(Fn fn) const;
+  // Their backward: from the output-row gradient d_rows to the input-row gradient (in the same
+  // buffer), the experts' parameter gradients accumulated (under expert parallelism into the
+  // source's accumulator, acc_).
+  void experts_backward(const ModelContext& ctx, const Tensor& d_rows, const Tensor& d_act,
+                        const Tensor& d_fc);
+  // Parameter l's gradient of one segment (run(): its linear_backward): straight into the
+  // gradient, or under expert parallelism into the zeroed gradient slot, then added to the
+  // segment's source accumulator.
+  template <class Run>
+  void segment_grads(const ModelContext& ctx, LinearRef l, const Segment& g, Run run);
 
   int router_ = -1, select_bias_ = -1;  // table indices
   std::vector<LinearRef> fc_, proj_;    // per routed expert
@@ -48,6 +69,23 @@ class MoeMlp : public Mlp {
   Tensor row_of_slot_, token_of_row_;   // (N k), (N k) i32
   Tensor rows_x_, rows_fc_, rows_act_, rows_y_;  // (R, C), (R, FC), (R, H), (R, C)
   MoeDispatch dispatch_;                // the last forward's histogram (host)
+  std::vector<Segment> segments_;       // the last forward's expert GEMMs, in order
+  int64_t ex_rows_ = 0;                 // rows the local experts ran on
+  // The rows the experts run on: rows_x_.. without expert parallelism; with it, every source
+  // rank's rows of this rank's experts (ep R rows at most), packed by source then expert.
+  Tensor ex_x_, ex_fc_, ex_act_, ex_y_;
+  // Expert parallelism (ep_): the local experts [first_, first_ + local_); the row counts of the
+  // exchange, to / from each rank of the group; every rank's segment sizes (ep, E); the backward's
+  // buffers over ex rows; acc_ (ep, local_, span_): each source rank's gradient of each local
+  // expert, summed over the step's micro-batches (a rank of ep 1 would hold exactly that), whose
+  // experts' gradients start at table offsets expert_base_.
+  bool ep_ = false;
+  int first_ = 0, local_ = 0;
+  std::vector<int64_t> send_rows_, recv_rows_, seg_rows_;
+  Tensor d_in_, d_act_, d_fc_, acc_;
+  int64_t span_ = 0;
+  std::vector<int64_t> expert_base_;
+  std::vector<float> gathered_;         // acc_ of every expert-data-parallel rank (dp > 1)
   MoeStats stats_;
   std::vector<int64_t> step_routed_;    // loads summed over the step's backward passes
 };

@@ -9,9 +9,12 @@
 namespace eco {
 
 ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Backend& be,
-                       QuantizeScope scope)
+                       QuantizeScope scope, std::vector<char> absent)
     : table_(table), treatment_(treatment), scope_(scope), be_(be), value_(table.specs.size()),
-      qt_(table.specs.size()) {
+      qt_(table.specs.size()), absent_(std::move(absent)) {
+  ECO_ASSERT(absent_.empty() || absent_.size() == table.specs.size(),
+             "param store: {} absence flags for {} parameters", absent_.size(),
+             table.specs.size());
   const bool quantizing = treatment_.quantized || treatment_.bf16_weights;
   if (quantizing && be_.dtype() != DType::F32)
     usage_error("precision.treatment '{}' runs in fp32 on this backend, not {}", treatment_.name,
@@ -25,6 +28,7 @@ ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Back
     const ParamSpec& s = table.specs[i];
     const ParamStorage& st = storage_.emplace_back(
         storage_policy(treatment_, scope_, {s.quantizable, s.role == ParamRole::Expert}));
+    if (!present(i)) continue;  // its zero-size tensors come below
     if (st.quantized) {
       const int64_t rows = s.shape[0], cols = s.shape[1];
       code_slot[i] = codes.add(s.name + ".codes", {code_bytes(st.format, rows * cols)},
@@ -43,6 +47,20 @@ ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Back
   arenas_[size_t(ParamArena::Codes)] = codes.allocate(be_);
   arenas_[size_t(ParamArena::Scales)] = scales.allocate(be_);
   for (size_t i = 0; i < table.specs.size(); ++i) {
+    if (!present(i)) {
+      if (storage_[i].value) value_[i] = Tensor{nullptr, {0}, be_.dtype()};
+      if (storage_[i].quantized) {
+        QTensor t;
+        t.format = storage_[i].format;
+        t.granularity = storage_[i].granularity;
+        t.rows = table.specs[i].shape[0];
+        t.cols = table.specs[i].shape[1];
+        t.codes = Tensor{nullptr, {0}, DType::U8};
+        t.scales = Tensor{nullptr, {0}, DType::F32};
+        qt_[i] = t;
+      }
+      continue;
+    }
     if (value_slot[i] != kNone) value_[i] = arena(ParamArena::Values).view(value_slot[i]);
     if (code_slot[i] == kNone) continue;
     // A QTensor's codes and scales have the same slot index in their two arenas.
@@ -75,6 +93,7 @@ int64_t ParamStore::count_in_scope() const {
 
 Tensor ParamStore::compute(size_t i) {
   const ParamSpec& s = table_.specs[i];
+  ECO_ASSERT(present(i), "parameter '{}' is another rank's (expert parallelism)", s.name);
   if (quantized(i)) {
     const Tensor out = scratch_.slice(0, s.shape);
     be_.dequantize(out, *qt_[i]);
@@ -98,6 +117,7 @@ ParamStore::LinearWeight ParamStore::linear_weight(size_t i) {
 void ParamStore::init(uint64_t seed) {
   for (size_t i = 0; i < table_.specs.size(); ++i) {
     const auto& s = table_.specs[i];
+    if (!present(i)) continue;  // its owner draws the same stream (keyed by i)
     // One stream per parameter, so adding a parameter does not shift the others' values.
     Rng rng(seed * 0x100000001B3ull + i);
     std::vector<double> host(size_t(s.numel()));
@@ -112,6 +132,7 @@ void ParamStore::init(uint64_t seed) {
 }
 
 void ParamStore::set(size_t i, const void* host) {
+  ECO_ASSERT(present(i), "set: parameter '{}' is another rank's", table_.specs[i].name);
   if (!value_[i].empty()) be_.copy_from_host(value_[i], host);
   if (quantized(i)) {
     if (!value_[i].empty()) {
@@ -126,6 +147,7 @@ void ParamStore::set(size_t i, const void* host) {
 }
 
 void ParamStore::get(size_t i, void* host) {
+  ECO_ASSERT(present(i), "get: parameter '{}' is another rank's", table_.specs[i].name);
   if (quantized(i) && value_[i].empty()) {
     const Tensor tmp = compute(i);
     be_.copy_to_host(host, tmp);
@@ -138,10 +160,24 @@ std::vector<std::pair<std::string, Tensor>> ParamStore::state() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < table_.specs.size(); ++i) {
     const auto& name = table_.specs[i].name;
-    if (!value_[i].empty()) out.emplace_back(name, value_[i]);
+    if (storage_[i].value) out.emplace_back(name, value_[i]);
     if (qt_[i]) {
       out.emplace_back(name + ".codes", qt_[i]->codes);
       out.emplace_back(name + ".scales", qt_[i]->scales);
+    }
+  }
+  return out;
+}
+
+std::vector<ParamStore::StateEntry> ParamStore::state_layout() const {
+  std::vector<StateEntry> out;
+  for (size_t i = 0; i < table_.specs.size(); ++i) {
+    const ParamSpec& s = table_.specs[i];
+    if (storage_[i].value) out.push_back({i, s.numel() * int64_t(dtype_size(be_.dtype()))});
+    if (qt_[i]) {
+      const QTensor& q = *qt_[i];
+      out.push_back({i, code_bytes(q.format, q.rows * q.cols)});
+      out.push_back({i, num_scales(q.granularity, q.rows, q.cols) * int64_t(sizeof(float))});
     }
   }
   return out;

@@ -25,8 +25,11 @@ enum class ParamArena : uint8_t { Values, Codes, Scales };
 
 class ParamStore {
  public:
+  // absent (empty, or one flag per parameter): parameters this rank does not hold (expert
+  // parallelism: other ranks' experts). They keep their storage kind (storage(), quantized())
+  // but get zero-size tensors: no memory, no init, and zero-byte entries in state().
   ParamStore(const ParamTable& table, const Treatment& treatment, Backend& backend,
-             QuantizeScope scope = QuantizeScope::Blocks);
+             QuantizeScope scope = QuantizeScope::Blocks, std::vector<char> absent = {});
 
   const ParamTable& table() const { return table_; }
   const Treatment& treatment() const { return treatment_; }
@@ -75,8 +78,18 @@ class ParamStore {
   void set(size_t i, const void* host);
   void get(size_t i, void* host);
 
-  // Every persistent tensor, named, for checkpoints.
+  // Whether this rank holds parameter i (see the constructor's `absent`).
+  bool present(size_t i) const { return absent_.empty() || !absent_[i]; }
+
+  // Every persistent tensor, named, for checkpoints (an absent parameter's are zero-size).
   std::vector<std::pair<std::string, Tensor>> state() const;
+  // For each state() entry: its parameter and the bytes of the whole tensor (what a present
+  // parameter's entry holds).
+  struct StateEntry {
+    size_t param;
+    int64_t whole_bytes;
+  };
+  std::vector<StateEntry> state_layout() const;
 
  private:
   const ParamTable& table_;
@@ -88,6 +101,7 @@ class ParamStore {
   std::vector<Tensor> value_;
   std::vector<std::optional<QTensor>> qt_;
   Tensor scratch_;  // fp32, the largest block linear
+  std::vector<char> absent_;  // empty: every parameter present
 };
 
 }  // namespace eco

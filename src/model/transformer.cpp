@@ -10,10 +10,27 @@
 
 namespace eco {
 
+namespace {
+// The routed experts another rank of the expert-parallel group owns (none at ep 1).
+std::vector<char> absent_experts(const ParamTable& table, const ModelConfig& cfg,
+                                 const ExpertParallel& ep) {
+  if (!ep.enabled()) return {};
+  std::vector<char> absent(table.specs.size(), 0);
+  for (size_t i = 0; i < table.specs.size(); ++i) {
+    const int x = routed_expert_of(table.specs[i].name);
+    absent[i] = x >= 0 && !ep.owns(x, cfg.moe.n_experts);
+  }
+  return absent;
+}
+}  // namespace
+
 Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
-                         const Treatment& treatment, QuantizeScope scope)
-    : cfg_(cfg), be_(be), table_(build_param_table(cfg)), store_(table_, treatment, be, scope),
+                         const Treatment& treatment, QuantizeScope scope,
+                         const ExpertParallel& ep)
+    : cfg_(cfg), be_(be), ep_(ep), table_(build_param_table(cfg)),
+      store_(table_, treatment, be, scope, absent_experts(table_, cfg, ep)),
       max_batch_(max_batch), ctx_{cfg_, be_, store_, grads_} {
+  ctx_.ep = &ep_;
   // Parameters, gradients, saved statistics and losses in dtype(); activations, their gradients
   // and logits in act_dtype() (bf16 on CUDA).
   const DType dt = be_.dtype(), at = be_.act_dtype();
@@ -176,6 +193,11 @@ std::vector<std::vector<int64_t>*> Transformer::step_loads() {
   for (auto& b : blocks_)
     if (std::vector<int64_t>* l = b->mlp().step_loads()) out.push_back(l);
   return out;
+}
+
+void Transformer::reduce_expert_gradients() {
+  if (!ep_.enabled()) return;
+  for (auto& b : blocks_) b->mlp().reduce_expert_gradients(ctx_);
 }
 
 void Transformer::after_optimizer_step() {

@@ -23,9 +23,11 @@ class Transformer {
   // Allocates everything for batches of up to max_batch sequences of up to cfg.seq_len tokens.
   // The treatment and its scope decide how parameters are stored (see ParamStore); fp32 by
   // default.
+  // `ep`: expert parallelism (model/expert_parallel.h): this rank stores only its own routed
+  // experts (the others are absent from the store) and exchanges tokens with its group.
   Transformer(const ModelConfig& cfg, Backend& backend, int max_batch,
               const Treatment& treatment = Treatment{},
-              QuantizeScope scope = QuantizeScope::Blocks);
+              QuantizeScope scope = QuantizeScope::Blocks, const ExpertParallel& ep = {});
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
@@ -55,6 +57,10 @@ class Transformer {
   int64_t logits_stride() const { return logits_ld_; }
   // After every optimizer step (the MoE sigmoid_bias router's selection-bias update).
   void after_optimizer_step();
+  // Expert parallelism: after the step's micro-batches (and the dense gradients' all-reduce),
+  // every local expert's gradient = the world's, summed in world rank order (MoeMlp).
+  void reduce_expert_gradients();
+  const ExpertParallel& expert_parallel() const { return ep_; }
   // Every MoE layer's step loads (Mlp::step_loads), in layer order.
   std::vector<std::vector<int64_t>*> step_loads();
   // The MoE layers' router figures of the last forward, summed (aux, z, dropped) or averaged
@@ -84,6 +90,7 @@ class Transformer {
 
   ModelConfig cfg_;
   Backend& be_;
+  ExpertParallel ep_;
   ParamTable table_;
   ParamStore store_;
   int max_batch_;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/expert_parallel.h"
 #include "quant/qtensor_rows.h"
 
 namespace eco {
@@ -17,9 +18,17 @@ Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed, 
   const auto& specs = model.table().specs;
   if (rank < 0 || rank >= zero_world)
     runtime_error("optimizer: rank {} of a ZeRO-1 world of {}", rank, zero_world);
-  for (size_t i = 0; i < specs.size(); ++i)
+  for (size_t i = 0; i < specs.size(); ++i) {
     rows_.push_back(sharded() ? shards_.rows(rank, i)
                               : std::pair<int64_t, int64_t>{0, param_rows_cols(specs[i]).first});
+    // Expert parallelism: another rank's expert has no rows (no moments, no update) here.
+    if (!store.present(i)) rows_.back() = {0, 0};
+  }
+  if (model.expert_parallel().enabled()) {
+    if (sharded()) runtime_error("optimizer: ZeRO-1 with expert parallelism is not built yet");
+    for (const ZeroPiece& p : shards_.pieces())
+      dense_piece_.push_back(routed_expert_of(specs[p.param].name) < 0);
+  }
   // One arena per moment and dtype; m_slot[i], v_slot[i]: parameter i's (arena, slot).
   std::vector<ArenaBuilder> builders;
   auto builder = [&](char moment, DType dt) -> size_t {
@@ -78,6 +87,14 @@ double Optimizer::grad_norm() {
   model_.backend().sum_squares_segments(g, segments_, partials_.data() + k0);
   // The other ranks' partials: each element is one rank's value plus zeros (exact).
   if (sharded()) comm_->all_reduce_sum(partials_.data(), int64_t(partials_.size()));
+  // Expert parallelism: an expert's piece is its owner's (the others' are zeros); a dense
+  // piece, the same on every rank, is rank 0's of the group.
+  if (const ExpertParallel& P = model_.expert_parallel(); P.enabled()) {
+    if (P.rank != 0)
+      for (size_t k = 0; k < pieces.size(); ++k)
+        if (dense_piece_[k]) partials_[k] = 0;
+    P.ep_comm->all_reduce_sum(partials_.data(), int64_t(partials_.size()));
+  }
   double sum = 0;
   for (const double p : partials_) sum += p;
   return std::sqrt(sum);

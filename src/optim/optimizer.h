@@ -69,6 +69,7 @@ class Optimizer {
   DeviceCommunicator* device_comm_ = nullptr;
   std::vector<std::pair<int64_t, int64_t>> rows_;  // per parameter: this rank's rows
   std::vector<double> partials_;                   // grad_norm's, one per piece
+  std::vector<char> dense_piece_;                  // expert parallelism: piece k not an expert's
   std::vector<SumSegment> segments_;               // grad_norm's pieces on this rank
   std::vector<int64_t> arena_bounds_[3];           // by ParamArena (ZeRO-1)
   std::vector<char> staging_;                      // device arenas' way through host memory

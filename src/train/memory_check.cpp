@@ -57,8 +57,9 @@ MemoryFit memory_fit(const Config& cfg) {
   // The planning backend records every allocation without making it.
   auto be = make_planning_backend(cfg.device);
   {
+    // Expert parallelism: rank 0's experts (every rank holds as many).
     Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
-                      cfg.precision.quantize);
+                      cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0));
     const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.dp : 1;
     Optimizer opt(cfg.optim, model, 0, zero_world,
                   ZeroShards(model.store(), zero_world).largest_rank());

@@ -43,8 +43,9 @@ RoleMemorySplit role_memory_split(const MemoryLedger& ledger, const ParamTable& 
 
 std::string plan_report(const Config& cfg) {
   auto be = make_planning_backend(cfg.device);
+  // Expert parallelism: rank 0's experts (every rank holds as many).
   Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
-                    cfg.precision.quantize);
+                    cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0));
   // Under ZeRO-1 the plan is the rank with the most rows' moments.
   const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.dp : 1;
   const int plan_rank = ZeroShards(model.store(), zero_world).largest_rank();
@@ -88,7 +89,32 @@ std::string plan_report(const Config& cfg) {
     // rank-ordered chunks, then an all-gather) sends 2 (w - 1) / w of the fp32 gradients.
     const double w = par.world();
     const double grad_bytes = double(model.table().total) * double(dtype_size(be->dtype()));
-    if (par.zero == 0) {
+    if (par.ep > 1) {
+      // Expert parallelism: the dense gradients' all-reduce over the world; each expert's
+      // sources' gradients all-gathered over the expert-data-parallel group (dp > 1); the
+      // tokens' rows out to the experts' owners and back, forward and backward (4 exchanges
+      // per MoE layer and micro-batch, (ep - 1) / ep of the N k rows leaving the rank under
+      // balanced routing).
+      const MoeConfig& moe = cfg.model.moe;
+      int64_t expert = 0, layers = 0;
+      for (const ParamSpec& sp : model.table().specs)
+        if (routed_expert_of(sp.name) >= 0) expert += sp.numel();
+      for (int l = 0; l < cfg.model.n_layer; ++l) layers += moe.is_moe_layer(l);
+      const double dense_bytes = double(model.table().total - expert) * double(dtype_size(be->dtype()));
+      const double acc_bytes = double(expert) * double(dtype_size(be->dtype()));  // every source
+      const double rows = double(cfg.train.batch_size) * cfg.model.seq_len * moe.top_k;
+      const double a2a = 4.0 * double(layers) * cfg.train.grad_accum * rows * cfg.model.d_model *
+                         double(dtype_size(be->act_dtype())) * (par.ep - 1) / par.ep;
+      s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero 0; expert parallelism: each rank "
+                       "holds {} of the {} routed experts of each MoE layer (weights, gradients, "
+                       "moments); the table above is per rank\n",
+                       par.dp, par.ep, par.world(), moe.n_experts / par.ep, moe.n_experts);
+      s += fmt::format("collectives per step and rank: dense gradient all-reduce sends {:.1f} MiB; "
+                       "expert gradient all-gather (expert-data-parallel group) sends {:.1f} MiB; "
+                       "token exchange (all_to_all_v) sends about {:.1f} MiB\n",
+                       dense_bytes * 2 * (w - 1) / w / 1048576.0,
+                       par.dp > 1 ? acc_bytes * (par.dp - 1) / 1048576.0 : 0.0, a2a / 1048576.0);
+    } else if (par.zero == 0) {
       s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero 0; the table above is per rank\n",
                        par.dp, par.ep, par.world());
       s += fmt::format("collectives per step and rank: gradient all-reduce sends {:.1f} MiB "

@@ -45,8 +45,30 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   // zeroing memory.
   require_memory_fits(cfg_);
   backend_ = make_backend(cfg_.device);
+  if (par.ep > 1) {  // the groups of world = dp x ep, rank r = d ep + e (dist/communicator.h)
+    const int r = comm_->rank();
+    ep_comm_ = comm_->split(r / par.ep, r % par.ep);
+    edp_comm_ = comm_->split(r % par.ep, r / par.ep);
+    ep_ = expert_placement(par.dp, par.ep, r);
+    ep_.ep_comm = ep_comm_.get();
+    ep_.edp_comm = edp_comm_.get();
+    if (!backend_->host_memory())
+      usage_error("{}: key 'parallel.ep': expert parallelism runs on device: cpu only, today",
+                  cfg_.source_path);
+  }
   model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
-                                         cfg_.precision.treatment, cfg_.precision.quantize);
+                                         cfg_.precision.treatment, cfg_.precision.quantize, ep_);
+  if (ep_.enabled()) {
+    const auto& specs = model_->table().specs;
+    for (const ParamSpec& sp : specs) {
+      if (routed_expert_of(sp.name) >= 0) continue;
+      if (!dense_ranges_.empty() &&
+          dense_ranges_.back().first + dense_ranges_.back().second == sp.offset)
+        dense_ranges_.back().second += sp.numel();
+      else
+        dense_ranges_.emplace_back(sp.offset, sp.numel());
+    }
+  }
   opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed,
                                      par.zero == 1 ? par.dp : 1,
                                      par.zero == 1 ? comm_->rank() : 0, comm_);
@@ -57,8 +79,8 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
                    cfg_.train.seed, cfg_.data.shuffle};
   LoaderOptions vo = lo;  // every rank evaluates the whole validation set
   vo.shuffle = false;
-  lo.rank = comm_->rank();  // the data-parallel ranks of a step read disjoint windows
-  lo.world_size = par.dp;
+  lo.rank = comm_->rank();  // every rank of a step (dp x ep) reads its own windows
+  lo.world_size = par.world();
   if (cfg_.data.source == DataSource::Synthetic) {
     train_data_.emplace(DataLoader::synthetic(0, lo));
     val_data_.emplace(DataLoader::synthetic(1, vo));
@@ -112,7 +134,7 @@ void Trainer::save(int64_t step, Progress& p) {
   // Only the writing rank (0) copies the state off the device; under ZeRO-1 every rank sends it
   // its rows of the moments. Rank 0's verdict on the state (finite or not) reaches every rank.
   int32_t diverged = 0;
-  if (run_dir_.writes() || opt_->sharded()) {
+  if (run_dir_.writes() || opt_->sharded() || ep_.enabled()) {
     const NamedTensors tensors = persistent_tensors(*model_, *opt_);
     const CheckpointState st = capture_state(cfg_, step, *backend_, tensors,
                                              persistent_bounds(*model_, *opt_), comm_);
@@ -242,11 +264,18 @@ void Trainer::log_run_header() {
   log_.info("data: {}", train_data_->describe());
   if (const auto floor = train_data_->entropy_floor_nats())
     log_.info("synthetic corpus entropy floor: {:.4f} nats/token", *floor);
-  if (cfg_.parallel.dp > 1)
-    log_.info("training {} steps of {} tokens ({} x {} x {} accum x {} data-parallel ranks, "
+  if (cfg_.parallel.world() > 1)
+    log_.info("training {} steps of {} tokens ({} x {} x {} accum x {} ranks: dp {} x ep {}, "
               "communicator {}), {} threads per rank",
               cfg_.total_steps(), cfg_.tokens_per_step(), tc.batch_size, cfg_.model.seq_len,
-              tc.grad_accum, cfg_.parallel.dp, comm_->name(), omp_get_max_threads());
+              tc.grad_accum, cfg_.parallel.world(), cfg_.parallel.dp, cfg_.parallel.ep,
+              comm_->name(), omp_get_max_threads());
+  if (ep_.enabled()) {
+    const int E = cfg_.model.moe.n_experts, L = E / ep_.ep;
+    log_.info("expert parallelism: ep {} x dp {}; this rank (group {}, rank {}) holds experts "
+              "[{}, {}) of {} per MoE layer; expert gradients folded over the world in rank order",
+              ep_.ep, ep_.dp, ep_.group, ep_.rank, ep_.rank * L, (ep_.rank + 1) * L, E);
+  }
   else
     log_.info("training {} steps of {} tokens ({} x {} x {} accum), {} threads",
               cfg_.total_steps(), cfg_.tokens_per_step(), tc.batch_size, cfg_.model.seq_len,
@@ -281,12 +310,12 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     const ScopedRange range(*backend_, "forward + backward");
     model_->zero_grad();
     loss_sum += model_->forward_backward(inputs_.data(), targets_.data(), B, T,
-                                         1.0f / float(tc.grad_accum * cfg_.parallel.dp));
+                                         1.0f / float(tc.grad_accum * cfg_.parallel.world()));
     if (tc.grad_accum > 1) backend_->add_inplace(grad_acc_, model_->grads(), grad_acc_.numel());
   }
   reduce_gradients();
   if (comm_->world() > 1) comm_->all_reduce_sum(&loss_sum, 1);  // in rank order, as the grads
-  loss_sum /= cfg_.parallel.dp;
+  loss_sum /= cfg_.parallel.world();
   r.loss = loss_sum / tc.grad_accum;
   r.grad_norm = opt_->grad_norm();
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
@@ -317,6 +346,17 @@ void Trainer::reduce_gradients() {
     backend_->add_inplace(g, grad_acc_, g.numel());
   }
   if (comm_->world() == 1) return;
+  if (ep_.enabled()) {
+    // Expert parallelism (host memory): the dense ranges summed over the world, then each local
+    // expert's gradient folded from every source's, in world rank order (MoeMlp).
+    const ScopedRange range(*backend_, "gradient all-reduce + expert fold");
+    ECO_ASSERT(g.dtype == DType::F32 && backend_->host_memory(),
+               "expert-parallel gradients in {} on {}", dtype_name(g.dtype), backend_->name());
+    for (const auto& [offset, length] : dense_ranges_)
+      comm_->all_reduce_sum(g.as<float>() + offset, length);
+    model_->reduce_expert_gradients();
+    return;
+  }
   // ZeRO-1: each rank receives the sum of its own range only (the optimizer's rows).
   const bool scatter = opt_->sharded();
   const ScopedRange range(*backend_, scatter ? "gradient reduce-scatter" : "gradient all-reduce");
@@ -441,11 +481,19 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
       b.gather += d.gather;
       b.broadcast += d.broadcast;
     }
+    for (const Communicator* c : {ep_comm_.get(), edp_comm_.get()}) {  // expert parallelism
+      if (!c) continue;
+      const CommBytes& d = c->bytes_sent();
+      b.all_reduce += d.all_reduce;
+      b.all_gather += d.all_gather;
+      b.all_to_all += d.all_to_all;
+    }
     const int64_t steps = std::max<int64_t>(p.step - p.start, 1);
     summary["parallel"] = {
         {"communicator", device_comm_ ? comm_->name() + "+" + device_comm_->name() : comm_->name()},
         {"world", comm_->world()},
         {"dp", cfg_.parallel.dp},
+        {"ep", cfg_.parallel.ep},
         {"zero", cfg_.parallel.zero},
         {"bytes_sent", {{"all_reduce", b.all_reduce}, {"reduce_scatter", b.reduce_scatter},
                         {"all_gather", b.all_gather}, {"gather", b.gather},

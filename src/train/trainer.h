@@ -112,6 +112,13 @@ class Trainer {
   RunContext ctx_;
   std::unique_ptr<Communicator> own_comm_;  // when the caller gave none
   Communicator* comm_ = nullptr;
+  // Expert parallelism (parallel.ep > 1): the expert-parallel and expert-data-parallel groups
+  // (split from comm_, destroyed before it), and this rank's place (model/expert_parallel.h).
+  std::unique_ptr<Communicator> ep_comm_, edp_comm_;
+  ExpertParallel ep_;
+  // The flat gradient's ranges (offset, length) of everything but the routed experts: the
+  // world's all-reduce under expert parallelism.
+  std::vector<std::pair<int64_t, int64_t>> dense_ranges_;
   RunLog log_;
   RunDir run_dir_;
   std::unique_ptr<Backend> backend_;

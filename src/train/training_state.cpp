@@ -17,6 +17,32 @@ NamedTensors persistent_tensors(Transformer& model, const Optimizer& opt) {
 TensorBounds persistent_bounds(Transformer& model, const Optimizer& opt) {
   TensorBounds all(model.store().state().size());
   for (auto& b : opt.state_bounds()) all.push_back(std::move(b));
+  const ExpertParallel& P = model.expert_parallel();
+  if (!P.enabled()) return all;
+  // Expert parallelism: a routed expert's tensors come whole from its owner in the first
+  // expert-parallel group (world rank e = the owner's group rank); every other range is empty
+  // (the owners in the other groups hold the same bits).
+  const ParamTable& table = model.table();
+  const int world = P.ep * P.dp, E = model.config().moe.n_experts;
+  const auto owner_bounds = [&](size_t param, int64_t whole) {
+    std::vector<int64_t> b(size_t(world) + 1, 0);
+    const int o = P.owner(routed_expert_of(table.specs[param].name), E);
+    for (int r = o + 1; r <= world; ++r) b[size_t(r)] = whole;
+    return b;
+  };
+  const auto layout = model.store().state_layout();
+  for (size_t j = 0; j < layout.size(); ++j)
+    if (routed_expert_of(table.specs[layout[j].param].name) >= 0)
+      all[j] = owner_bounds(layout[j].param, layout[j].whole_bytes);
+  const NamedTensors moments = opt.state();  // per parameter: m (and v)
+  const size_t per = moments.size() / table.specs.size();
+  for (size_t j = 0; j < moments.size(); ++j) {
+    const size_t i = j / per;
+    if (routed_expert_of(table.specs[i].name) < 0) continue;
+    ECO_ASSERT(all[layout.size() + j].empty(), "'{}': sharded twice", moments[j].first);
+    all[layout.size() + j] =
+        owner_bounds(i, table.specs[i].numel() * int64_t(dtype_size(moments[j].second.dtype)));
+  }
   return all;
 }
 
@@ -40,10 +66,13 @@ CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
     ECO_ASSERT(comm, "a sharded checkpoint section '{}' without a communicator", name);
     const int r = comm->rank();
     const int64_t begin = (*b)[size_t(r)], end = (*b)[size_t(r) + 1];
-    ECO_ASSERT(end - begin == int64_t(t.bytes()), "section '{}': rank {} holds {} bytes, its range "
-               "{}", name, r, t.bytes(), end - begin);
+    // An empty range with bytes: a copy of what another rank sends (expert parallelism's
+    // owners outside the first group).
+    ECO_ASSERT(end - begin == int64_t(t.bytes()) || end == begin,
+               "section '{}': rank {} holds {} bytes, its range {}", name, r, t.bytes(),
+               end - begin);
     std::vector<char> blob(size_t(b->back()));
-    if (t.bytes() > 0) backend.copy_to_host(blob.data() + begin, t);
+    if (end > begin) backend.copy_to_host(blob.data() + begin, t);
     comm->gather(blob.data(), *b, 0);
     if (r != 0) blob.clear();  // only rank 0 writes
     st.sections.emplace_back(name, std::move(blob));
@@ -103,7 +132,10 @@ int64_t restore_state(const CheckpointState& st, const std::string& path, const 
     const size_t whole = b ? size_t(b->back()) : t.bytes();
     if (blob.size() != whole)
       runtime_error("{}: section '{}' has {} bytes, expected {}", path, name, blob.size(), whole);
-    const size_t begin = b ? size_t((*b)[size_t(rank)]) : 0;
+    // A rank holding the whole tensor takes it whole (whatever its range), else its range.
+    const size_t begin = b && t.bytes() != whole ? size_t((*b)[size_t(rank)]) : 0;
+    ECO_ASSERT(begin + t.bytes() <= whole, "section '{}': rank {} takes {} bytes at {} of {}", name,
+               rank, t.bytes(), begin, whole);
     if (t.bytes() > 0) backend.copy_from_host(t, blob.data() + begin);
   }
   if (st.step > cfg.total_steps())

@@ -21,7 +21,9 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 NamedTensors persistent_tensors(Transformer& model, const Optimizer& opt);
 
 // For each persistent_tensors entry, the world + 1 byte offsets of the ranks' pieces of the
-// whole tensor when the ranks hold it sharded (ZeRO-1's moments), else empty.
+// whole tensor when the ranks hold it sharded (ZeRO-1's moments; expert parallelism's experts:
+// the owner in the first expert-parallel group holds the whole range, every other rank an empty
+// one, whether it holds a copy or nothing), else empty.
 using TensorBounds = std::vector<std::vector<int64_t>>;
 TensorBounds persistent_bounds(Transformer& model, const Optimizer& opt);
 
@@ -42,8 +44,9 @@ std::string first_non_finite(const CheckpointState& st, const NamedTensors& tens
 // a checkpoint of another model (fingerprint), of another trajectory (trajectory_differences:
 // seed, lr, batch, schedule, ...), one whose sections do not match, or one beyond the run's
 // steps.
-// Sharded entries (bounds) take this rank's bytes of the whole tensor the checkpoint holds, so a
-// checkpoint resumes at any world size and zero stage.
+// Sharded entries (bounds) take this rank's bytes of the whole tensor the checkpoint holds (a
+// rank holding a whole tensor takes it whole), so a checkpoint resumes at any world size, zero
+// stage and expert placement.
 int64_t restore_state(const CheckpointState& st, const std::string& path, const Config& cfg,
                       Backend& backend, const NamedTensors& tensors,
                       const TensorBounds& bounds = {}, int rank = 0);

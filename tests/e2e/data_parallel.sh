@@ -77,7 +77,7 @@ same to_dp2 dp2_fp8-eco-sr
 rc=0
 out=$("$ECO_TRAIN" cfg.yaml "${common[@]}" --set train.out_dir="$WORK/to_dp2" --resume 2>&1 >/dev/null) || rc=$?
 [ "$rc" = 2 ] || fail "resuming 2 micro-batches a step with 1: exit $rc ($out)"
-grep -q "parallel.dp x train.grad_accum (micro-batches a step): 2 x 1 = 2 in the checkpoint, 1 x 1 = 1 now" <<<"$out" ||
+grep -q "parallel.dp x parallel.ep x train.grad_accum (micro-batches a step): 2 x 1 x 1 = 2 in the checkpoint, 1 x 1 x 1 = 1 now" <<<"$out" ||
   fail "no micro-batch mismatch error: $out"
 echo "ok: resumed 2 ranks -> 1 and 1 -> 2 byte for byte; 2 micro-batches -> 1 refused"
 

@@ -432,13 +432,42 @@ TEST(ConfigParallel, DefaultsToOneProcessAndScalesTheGlobalBatchByDp) {
 
 TEST(ConfigParallel, RefusesWhatIsNotBuiltOrOutOfRange) {
   expect_config_error(base_yaml("parallel: {dp: 0}\n"), {kOrigin, "parallel.dp", "[1, 65536]"});
-  expect_config_error(base_yaml("parallel: {ep: 2}\n"),
-                      {kOrigin, "parallel.ep", "expert parallelism is not built yet"});
+  expect_config_error(base_yaml("parallel: {ep: 0}\n"), {kOrigin, "parallel.ep", "[1, 65536]"});
   expect_config_error(base_yaml("parallel: {zero: 2}\n"), {kOrigin, "parallel.zero", "0 or 1"});
   expect_config_error(base_yaml("parallel: {tp: 2}\n"), {kOrigin, "parallel.tp"});
   expect_config_error(base_yaml("parallel: {timeout_s: -1}\n"),
                       {kOrigin, "parallel.timeout_s", "0 (wait forever)"});
   expect_config_error(base_yaml("parallel: {timeout_s: .nan}\n"), {kOrigin, "parallel.timeout_s"});
+}
+
+// parallel.ep splits the routed experts: a MoE model whose expert count it divides, on the CPU,
+// without ZeRO-1 (not built with it yet); every rank of dp x ep reads its own micro-batch.
+TEST(ConfigParallel, ExpertParallelismNeedsMoeExpertsItDividesOnTheCpu) {
+  const std::string moe = "model: {moe: {n_experts: 4, top_k: 2, expert_hidden: 16}}\n";
+  const Config ep2 = parse(base_yaml(moe + "parallel: {dp: 2, ep: 2}\n"));
+  EXPECT_EQ(ep2.parallel.world(), 4);
+  EXPECT_EQ(ep2.tokens_per_step(), 4 * parse(base_yaml(moe)).tokens_per_step());
+  EXPECT_EQ(parse(eco::to_yaml(ep2)).parallel.ep, 2);
+  expect_config_error(base_yaml("parallel: {ep: 2}\n"),
+                      {kOrigin, "parallel.ep", "needs a MoE model", "model.moe.n_experts"});
+  expect_config_error(base_yaml(moe + "parallel: {ep: 3}\n"),
+                      {kOrigin, "parallel.ep", "must divide model.moe.n_experts (4)"});
+  expect_config_error(base_yaml(moe + "parallel: {ep: 2, zero: 1}\n"),
+                      {kOrigin, "parallel.zero", "ZeRO-1 with expert parallelism"});
+  expect_config_error(base_yaml(moe + "parallel: {ep: 2}\ndevice: cuda\n"),
+                      {kOrigin, "parallel.ep", "device: cpu only"});
+}
+
+// ep 2 and dp 2 read the same micro-batches: a checkpoint of one resumes on the other.
+TEST(ConfigParallel, ResumesExpertParallelRunsAtDataParallelWorlds) {
+  const std::string moe = "model: {moe: {n_experts: 4, top_k: 2, expert_hidden: 16}}\n";
+  const Config ep2 = parse(base_yaml(moe + "parallel: {ep: 2}\n"));
+  const Config dp2 = parse(base_yaml(moe + "parallel: {dp: 2}\n"));
+  EXPECT_TRUE(eco::trajectory_differences(eco::to_yaml(ep2), dp2).empty());
+  const auto diffs = eco::trajectory_differences(eco::to_yaml(ep2), parse(base_yaml(moe)));
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_NE(diffs[0].find("1 x 2 x 1 = 2 in the checkpoint, 1 x 1 x 1 = 1 now"), std::string::npos)
+      << diffs[0];
 }
 
 // A run resumes at another world size when the micro-batches of a step (dp x grad_accum) stay
@@ -451,8 +480,8 @@ TEST(ConfigParallel, ResumesAtAnotherWorldSizeWithTheSameMicroBatches) {
   EXPECT_TRUE(eco::trajectory_differences(eco::to_yaml(accum4), dp2x2).empty());
   const auto diffs = eco::trajectory_differences(eco::to_yaml(dp4), parse(base_yaml()));
   ASSERT_EQ(diffs.size(), 1u);
-  EXPECT_NE(diffs[0].find("parallel.dp x train.grad_accum (micro-batches a step): 4 x 1 = 4 in "
-                          "the checkpoint, 1 x 1 = 1 now"),
+  EXPECT_NE(diffs[0].find("parallel.dp x parallel.ep x train.grad_accum (micro-batches a step): "
+                          "4 x 1 x 1 = 4 in the checkpoint, 1 x 1 x 1 = 1 now"),
             std::string::npos)
       << diffs[0];
 }

@@ -168,6 +168,44 @@ TEST(ParamStore, QuantizedParametersAreCodesAndScalesOnly) {
   }
 }
 
+// Expert parallelism: a rank stores only its own routed experts. The others keep their storage
+// kind (quantized, its QTensor's shape) but hold zero bytes and get no moments, while
+// state_layout still names every tensor's whole size (the checkpoint is world-independent).
+TEST(ParamStore, OtherRanksExpertsAreAbsentButKeepTheirKindAndWholeSize) {
+  ModelConfig m = tiny_llama();
+  m.moe.n_experts = 4;
+  m.moe.top_k = 2;
+  m.moe.expert_hidden = 16;
+  auto be = make_cpu_backend();
+  Transformer whole(m, *be, 1, treatment_from_name("fp8-eco-sr"), QuantizeScope::Experts);
+  Transformer half(m, *be, 1, treatment_from_name("fp8-eco-sr"), QuantizeScope::Experts,
+                   expert_placement(/*dp=*/1, /*ep=*/2, /*world_rank=*/1));
+  Optimizer opt(OptimConfig{}, half);
+  const ParamStore& st = half.store();
+  const auto whole_layout = whole.store().state_layout(), layout = st.state_layout();
+  ASSERT_EQ(layout.size(), whole_layout.size());
+  const auto tensors = st.state();
+  int absent = 0;
+  for (size_t j = 0; j < layout.size(); ++j) {
+    const size_t i = layout[j].param;
+    const std::string& name = half.table().specs[i].name;
+    const int x = routed_expert_of(name);
+    EXPECT_EQ(st.present(i), x < 0 || x >= 2) << name;  // rank 1 of 2 owns experts 2 and 3
+    EXPECT_EQ(layout[j].whole_bytes, whole_layout[j].whole_bytes) << name;
+    EXPECT_EQ(int64_t(tensors[j].second.bytes()), st.present(i) ? layout[j].whole_bytes : 0)
+        << name;
+    EXPECT_EQ(st.quantized(i), whole.store().quantized(i)) << name;
+    if (!st.present(i)) {
+      ++absent;
+      EXPECT_EQ(opt.state()[i * 2].second.bytes(), 0u) << name;  // m (AdamW: m, v per param)
+    }
+  }
+  EXPECT_GT(absent, 0);
+  EXPECT_EQ(routed_expert_of("h.0.mlp.experts.12.proj.bias"), 12);
+  EXPECT_EQ(routed_expert_of("h.0.mlp.shared.fc.weight"), -1);
+  EXPECT_EQ(routed_expert_of("h.0.mlp.router.weight"), -1);
+}
+
 // The linear-weight view: quantized storage gives the QTensor and a fp32 scratch of the weight's
 // shape (what Backend::quantized_linear_forward / _backward take); everything else (plain
 // parameters, every parameter under fp32 or bf16-mw) gives the compute view.

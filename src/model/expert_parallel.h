@@ -1,0 +1,39 @@
+// Expert parallelism (parallel.ep; ../shared/design/DISTRIBUTED.md, "Expert parallelism"): the
+// world is dp x ep ranks, rank r = d * ep + e. Dense parameters are replicated on every rank;
+// the routed experts of every MoE layer are split over the ep ranks of an expert-parallel group
+// (the ranks with the same d): rank e owns experts [e E / ep, (e + 1) E / ep), stores, updates
+// and checkpoints only those, and runs every source rank's tokens through them (model/moe_mlp.h).
+#pragma once
+#include <string>
+
+#include "dist/communicator.h"
+
+namespace eco {
+
+struct ExpertParallel {
+  int ep = 1;    // ranks of an expert-parallel group (1: every rank holds every expert)
+  int rank = 0;  // e: this rank's place in its expert-parallel group (world rank % ep)
+  int dp = 1;    // expert-parallel groups (world / ep)
+  int group = 0;  // d: this rank's group (world rank / ep)
+  // Set when ep > 1: the expert-parallel group, split(r / ep, r % ep) (the token exchange), and
+  // the expert-data-parallel group, split(r % ep, r / ep) (the ranks owning the same experts).
+  Communicator* ep_comm = nullptr;
+  Communicator* edp_comm = nullptr;
+
+  bool enabled() const { return ep > 1; }
+  // The group rank that owns expert x of n_experts (ep divides n_experts: config.cpp).
+  int owner(int x, int n_experts) const { return x / (n_experts / ep); }
+  bool owns(int x, int n_experts) const { return owner(x, n_experts) == rank; }
+};
+
+// The placement of world rank `world_rank` of dp x ep ranks, without its communicators (a
+// plan's, or the trainer's before it splits the groups).
+inline ExpertParallel expert_placement(int dp, int ep, int world_rank) {
+  return ExpertParallel{ep, world_rank % ep, dp, world_rank / ep, nullptr, nullptr};
+}
+
+// The routed expert a parameter belongs to: "h.3.mlp.experts.5.fc.weight" -> 5; -1 for every
+// other parameter (dense, router, shared experts).
+int routed_expert_of(const std::string& name);
+
+}  // namespace eco
