@@ -43,12 +43,12 @@ std::string TextSampler::decode(const int32_t* tokens, size_t n) const {
 }
 
 std::string TextSampler::sample(Transformer& model, Backend& backend, int32_t prompt,
-                                int n_tokens, uint64_t seed) const {
+                                int n_tokens, uint64_t seed, bool stop_early) const {
   const int T = seq_len_, V = vocab_size_;
   Rng rng(seed);
   std::vector<int32_t> seq = {prompt};
   const float inv_temp = float(1.0 / temperature_);
-  for (int i = 0; i < n_tokens && !stop_requested(); ++i) {  // a stop signal ends it early
+  for (int i = 0; i < n_tokens && !(stop_early && stop_requested()); ++i) {  // a stop signal ends it early
     const int ctx = std::min<int>(int(seq.size()), T);
     const int32_t* window = seq.data() + seq.size() - ctx;
     const Tensor& lg = model.forward_logits(window, 1, ctx);

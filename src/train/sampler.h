@@ -22,8 +22,9 @@ class TextSampler {
   // `prompt` followed by n_tokens sampled tokens (context: the last seq_len), as text. The
   // draws come from Rng(seed) only, so a sample does not disturb training's random streams. A
   // stop signal (train/signals.h) ends it early, with the tokens drawn so far.
+  // stop_early: as mean_val_loss's (train/evaluator.h).
   std::string sample(Transformer& model, Backend& backend, int32_t prompt, int n_tokens,
-                     uint64_t seed) const;
+                     uint64_t seed, bool stop_early = true) const;
   std::string decode(const int32_t* tokens, size_t n) const;
 
  private:

@@ -120,14 +120,15 @@ void Trainer::start_device_communicator() {
 double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
   return mean_val_loss(*model_, *val_data_, cfg_.train.batch_size, cfg_.model.seq_len,
-                       cfg_.train.eval_batches);
+                       cfg_.train.eval_batches, /*stop_early=*/cfg_.parallel.ep == 1);
 }
 
 std::string Trainer::sample(int n_tokens, uint64_t seed) {
   // Prompt: the first token of the first validation (or training) window.
   std::vector<int32_t> in(inputs_.size()), tgt(in.size());
   (val_data_ ? *val_data_ : *train_data_).batch(0, in.data(), tgt.data());
-  return sampler_->sample(*model_, *backend_, in[0], n_tokens, seed);
+  return sampler_->sample(*model_, *backend_, in[0], n_tokens, seed,
+                          /*stop_early=*/cfg_.parallel.ep == 1);
 }
 
 void Trainer::save(int64_t step, Progress& p) {
@@ -414,8 +415,9 @@ void Trainer::after_step(int64_t done, const StepResult& r, double ms, double et
     p.val_loss = evaluate();  // NaN when a stop signal cut it short
     if (std::isfinite(p.val_loss)) log_.val_loss(done, total, cfg_.tokens_per_step(), p.val_loss);
   }
+  // (Under expert parallelism every rank must sample alike: no rank-local stop check.)
   if (tc.sample_interval > 0 && done % tc.sample_interval == 0 && !last && tc.sample_tokens > 0 &&
-      !stop_requested())
+      (cfg_.parallel.ep > 1 || !stop_requested()))
     log_.info("sample at step {}:\n{}", done, sample(tc.sample_tokens, tc.seed ^ uint64_t(done)));
   if ((tc.checkpoint_interval > 0 && done % tc.checkpoint_interval == 0) || last) save(done, p);
 }
@@ -543,7 +545,7 @@ int Trainer::run(const RunOptions& opts) {
   train_loop(p, profile, stop);
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  finish(p, wall_s, profile, stop.requested());
+  finish(p, wall_s, profile, stop_agreed(stop));  // every rank alike (a sample may follow)
   if (p.diverged) return 1;
   return stop.requested() ? stop.exit_code() : 0;
 }
