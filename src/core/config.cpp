@@ -276,10 +276,6 @@ Config from_node(YAML::Node root, const std::string& origin) {
             fmt::format("must be 0 with parallel.ep {}: ZeRO-1 with expert parallelism is not "
                         "built yet",
                         p.ep));
-    require(c.device == Device::Cpu, origin, "parallel.ep",
-            fmt::format("is {}: expert parallelism runs on device: cpu only, today (the CUDA "
-                        "token exchange is not built yet)",
-                        p.ep));
   }
   return c;
 }

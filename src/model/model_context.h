@@ -56,7 +56,9 @@ struct BlockScratch {
   // MoE layers' (model/moe_mlp.h), allocated when the model has them: rows (N k, C) (the
   // experts' output gradient, then their input gradient), the experts' hidden (N k, FC) and
   // activation (N k, H) gradients, the router's logits (N, E) and gates (N, k) gradients.
-  Tensor moe_d_rows, moe_d_fc, moe_d_act, moe_d_logits, moe_d_gates;
+  // Under expert parallelism moe_d_fc and moe_d_act hold the rows of this rank's experts (ep x
+  // N k), and moe_ep_d_rows their output, then input, gradient.
+  Tensor moe_d_rows, moe_d_fc, moe_d_act, moe_d_logits, moe_d_gates, moe_ep_d_rows;
 };
 
 }  // namespace eco

@@ -60,9 +60,6 @@ MoeMlp::MoeMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t
   auto ws = [&](const char* what, std::vector<int64_t> shape, DType dtype, MemCategory cat) {
     return ctx.be.alloc(fmt::format("h.{}.moe.{}", layer, what), std::move(shape), dtype, cat);
   };
-  d_in_ = ws("ep_d_rows", {RR, C}, at, MemCategory::Workspace);
-  d_act_ = ws("ep_d_act", {RR, m.expert_hidden}, at, MemCategory::Workspace);
-  d_fc_ = ws("ep_d_fc", {RR, m.expert_fc_rows()}, at, MemCategory::Workspace);
   // An expert's parameters are consecutive in the table (fc.weight, fc.bias, proj.weight,
   // proj.bias): one span of the flat gradient.
   const auto& specs = ctx.store.table().specs;
@@ -187,9 +184,9 @@ void MoeMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tens
   if (!ep_) {
     experts_backward(ctx, s.moe_d_rows, s.moe_d_act, s.moe_d_fc);
   } else {  // dL/dy to the experts' owners, dL/dx back
-    exchange(ctx, s.moe_d_rows, send_rows_, d_in_, recv_rows_, C);
-    experts_backward(ctx, d_in_, d_act_, d_fc_);
-    exchange(ctx, d_in_, recv_rows_, s.moe_d_rows, send_rows_, C);
+    exchange(ctx, s.moe_d_rows, send_rows_, s.moe_ep_d_rows, recv_rows_, C);
+    experts_backward(ctx, s.moe_ep_d_rows, s.moe_d_act, s.moe_d_fc);
+    exchange(ctx, s.moe_ep_d_rows, recv_rows_, s.moe_d_rows, send_rows_, C);
   }
   be.moe_scatter_add(d_normed, s.moe_d_rows, row_of_slot_, N, C, k);
 

@@ -82,7 +82,7 @@ class MoeMlp : public Mlp {
   bool ep_ = false;
   int first_ = 0, local_ = 0;
   std::vector<int64_t> send_rows_, recv_rows_, seg_rows_;
-  Tensor d_in_, d_act_, d_fc_, acc_;
+  Tensor acc_;
   int64_t span_ = 0;
   std::vector<int64_t> expert_base_;
   std::vector<float> gathered_;         // acc_ of every expert-data-parallel rank (dp > 1)

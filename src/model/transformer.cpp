@@ -68,9 +68,12 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   s.d_act = ws("d_act", {N, std::max(H, moe.shared_hidden())});
   if (moe.enabled()) {
     const int64_t rows = moe_max_rows(N * moe.top_k, moe.n_experts, be_.moe_row_align());
+    // Expert parallelism: an owner's experts see at most every source's rows (ep x rows).
+    const int64_t expert_rows = ep_.enabled() ? int64_t(ep_.ep) * rows : rows;
     s.moe_d_rows = ws("moe_d_rows", {rows, C});
-    s.moe_d_fc = ws("moe_d_fc", {rows, moe.expert_fc_rows()});
-    s.moe_d_act = ws("moe_d_act", {rows, moe.expert_hidden});
+    s.moe_d_fc = ws("moe_d_fc", {expert_rows, moe.expert_fc_rows()});
+    s.moe_d_act = ws("moe_d_act", {expert_rows, moe.expert_hidden});
+    if (ep_.enabled()) s.moe_ep_d_rows = ws("moe_ep_d_rows", {expert_rows, C});
     s.moe_d_logits = be_.alloc("moe_d_logits", {N, moe.n_experts}, dt, MemCategory::Workspace);
     s.moe_d_gates = be_.alloc("moe_d_gates", {N, moe.top_k}, dt, MemCategory::Workspace);
   }
