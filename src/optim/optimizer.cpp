@@ -155,11 +155,16 @@ void Optimizer::step(double lr, double grad_norm) {
 void Optimizer::all_gather_weights() {
   Backend& be = model_.backend();
   const ScopedRange range(be, "ZeRO-1 all-gather");
-  gathered_quantized_ = gathered_values_ = 0;
+  ++gathers_;
   for (ParamArena kind : {ParamArena::Codes, ParamArena::Scales, ParamArena::Values}) {
     const Tensor& buf = model_.store().arena(kind).buffer;
     if (buf.empty()) continue;
     const std::vector<int64_t>& bounds = arena_bounds_[size_t(kind)];
+    // The bytes this rank sends, by the communicator's own counter.
+    const auto counted = [&] {
+      return (device_comm_ ? device_comm_->bytes_sent() : comm_->bytes_sent()).all_gather;
+    };
+    const int64_t before = counted();
     if (be.host_memory()) {
       comm_->all_gather(buf.data, bounds);
     } else if (device_comm_) {  // GPU to GPU
@@ -170,7 +175,7 @@ void Optimizer::all_gather_weights() {
       comm_->all_gather(staging_.data(), bounds);
       be.copy_from_host(buf, staging_.data());
     }
-    (kind == ParamArena::Values ? gathered_values_ : gathered_quantized_) += int64_t(buf.bytes());
+    (kind == ParamArena::Values ? sent_values_ : sent_quantized_) += counted() - before;
   }
 }
 

@@ -39,10 +39,12 @@ class Optimizer {
   // (NCCL) instead of through host memory over the host communicator.
   void set_device_communicator(DeviceCommunicator* dc) { device_comm_ = dc; }
   const ZeroShards& shards() const { return shards_; }
-  // Bytes all-gathered per step under ZeRO-1 (the whole payload, every rank's range): the
-  // quantized weights' codes and scales, and the values (plain parameters, masters).
-  int64_t gathered_quantized_bytes() const { return gathered_quantized_; }
-  int64_t gathered_value_bytes() const { return gathered_values_; }
+  // ZeRO-1's all-gathers of the stored weights so far, and the bytes this rank sent in them by
+  // the communicator's counter: of the quantized weights' codes and scales, and of the values
+  // (plain parameters, masters).
+  int64_t weight_gathers() const { return gathers_; }
+  int64_t sent_quantized_bytes() const { return sent_quantized_; }
+  int64_t sent_value_bytes() const { return sent_values_; }
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }  // resume
   // Every persistent tensor (moments), named, for checkpoints: under ZeRO-1 this rank's rows.
@@ -73,7 +75,7 @@ class Optimizer {
   std::vector<SumSegment> segments_;               // grad_norm's pieces on this rank
   std::vector<int64_t> arena_bounds_[3];           // by ParamArena (ZeRO-1)
   std::vector<char> staging_;                      // device arenas' way through host memory
-  int64_t gathered_quantized_ = 0, gathered_values_ = 0;
+  int64_t gathers_ = 0, sent_quantized_ = 0, sent_values_ = 0;
 
   void all_gather_weights();
 };

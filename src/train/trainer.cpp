@@ -508,8 +508,15 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
         {"bytes_sent_per_param_per_step",
          double(b.total()) / double(steps) / double(model_->table().total)}};
     if (opt_->sharded()) {
-      // ZeRO-1's all-gather of the stored weights, per step: the whole payload (every rank's
-      // range) over the parameters it holds. Quantized: codes + scales (bf16 weights would be 2).
+      // ZeRO-1's all-gather of the stored weights, per step, from the communicators' counters:
+      // every rank sends its range to the w - 1 others, so the bytes all ranks sent over w - 1
+      // are the payload gathered, here over the parameters it holds. Quantized: codes + scales
+      // (bf16 weights would be 2).
+      int64_t sent[2] = {opt_->sent_quantized_bytes(), opt_->sent_value_bytes()};
+      comm_->all_reduce_sum(sent, 2);
+      const double per_step =
+          double(comm_->world() - 1) * double(std::max<int64_t>(opt_->weight_gathers(), 1));
+      const double q_step = double(sent[0]) / per_step, v_step = double(sent[1]) / per_step;
       const ParamStore& store = model_->store();
       int64_t quantized = 0, values = 0;
       for (size_t i = 0; i < store.size(); ++i) {
@@ -517,12 +524,10 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
         if (store.storage(i).value) values += model_->table().specs[i].numel();
       }
       nlohmann::json& z = summary["parallel"]["zero1_all_gather"];
-      z["quantized_bytes_per_step"] = opt_->gathered_quantized_bytes();
-      z["value_bytes_per_step"] = opt_->gathered_value_bytes();
-      if (quantized > 0)
-        z["bytes_per_quantized_param"] = double(opt_->gathered_quantized_bytes()) / double(quantized);
-      if (values > 0)
-        z["bytes_per_value"] = double(opt_->gathered_value_bytes()) / double(values);
+      z["quantized_bytes_per_step"] = q_step;
+      z["value_bytes_per_step"] = v_step;
+      if (quantized > 0) z["bytes_per_quantized_param"] = q_step / double(quantized);
+      if (values > 0) z["bytes_per_value"] = v_step / double(values);
     }
   }
   if (nlohmann::json prof = profile.finish(log_); !prof.is_null()) summary["profile"] = prof;
