@@ -142,12 +142,21 @@ void MoeMlp::plan_segments(const ModelContext& ctx) {
 void MoeMlp::exchange(const ModelContext& ctx, const Tensor& from,
                       const std::vector<int64_t>& from_rows, const Tensor& to,
                       const std::vector<int64_t>& to_rows, int width) {
-  ECO_ASSERT(ctx.be.host_memory(), "expert parallelism's exchange on device memory");
   const int64_t row_bytes = int64_t(width) * int64_t(dtype_size(from.dtype));
   std::vector<int64_t> sb(from_rows.size()), rb(to_rows.size());
-  for (size_t d = 0; d < sb.size(); ++d) sb[d] = from_rows[d] * row_bytes;
-  for (size_t d = 0; d < rb.size(); ++d) rb[d] = to_rows[d] * row_bytes;
-  ctx.ep->ep_comm->all_to_all_v(from.data, sb, to.data, rb);
+  int64_t send_rows = 0, recv_rows = 0;
+  for (size_t d = 0; d < sb.size(); ++d) sb[d] = from_rows[d] * row_bytes, send_rows += from_rows[d];
+  for (size_t d = 0; d < rb.size(); ++d) rb[d] = to_rows[d] * row_bytes, recv_rows += to_rows[d];
+  if (ctx.be.host_memory()) {
+    ctx.ep->ep_comm->all_to_all_v(from.data, sb, to.data, rb);
+    return;
+  }
+  // Device memory goes through the host (rows [0, send_rows) of `from`, [0, recv_rows) of `to`).
+  host_send_.resize(size_t(send_rows * row_bytes));
+  host_recv_.resize(size_t(recv_rows * row_bytes));
+  if (send_rows > 0) ctx.be.copy_to_host(host_send_.data(), from.slice(0, {send_rows, width}));
+  ctx.ep->ep_comm->all_to_all_v(host_send_.data(), sb, host_recv_.data(), rb);
+  if (recv_rows > 0) ctx.be.copy_from_host(to.slice(0, {recv_rows, width}), host_recv_.data());
 }
 
 void MoeMlp::experts_forward(const ModelContext& ctx) {
@@ -278,6 +287,10 @@ void MoeMlp::reduce_expert_gradients(const ModelContext& ctx) {
   // accumulators, gathered (dp > 1), are folded in that same order, d then s.
   const ExpertParallel& P = *ctx.ep;
   Backend& be = ctx.be;
+  if (!be.host_memory()) {  // device memory: the same fp32 fold, on the host
+    reduce_expert_gradients_on_host(ctx);
+    return;
+  }
   Tensor parts = acc_;
   if (P.dp > 1) {
     ECO_ASSERT(acc_.dtype == DType::F32, "expert gradients in {}", dtype_name(acc_.dtype));
@@ -290,6 +303,32 @@ void MoeMlp::reduce_expert_gradients(const ModelContext& ctx) {
     be.zero(g);
     for (int src = 0; src < P.dp * P.ep; ++src)
       be.add_inplace(g, parts.slice((int64_t(src) * local_ + k) * span_, {span_}), span_);
+  }
+  be.zero(acc_);
+}
+
+void MoeMlp::reduce_expert_gradients_on_host(const ModelContext& ctx) {
+  const ExpertParallel& P = *ctx.ep;
+  Backend& be = ctx.be;
+  ECO_ASSERT(acc_.dtype == DType::F32, "expert gradients in {}", dtype_name(acc_.dtype));
+  const size_t n = size_t(acc_.numel());
+  host_acc_.resize(n);
+  be.copy_to_host(host_acc_.data(), acc_);
+  const float* parts = host_acc_.data();
+  if (P.dp > 1) {
+    gathered_.resize(size_t(P.dp) * n);
+    P.edp_comm->all_gather(gathered_.data(), host_acc_.data(), int64_t(n * sizeof(float)));
+    parts = gathered_.data();
+  }
+  // ((0 + g_0) + g_1) + ... in fp32, as Backend::add_inplace adds on either backend.
+  std::vector<float> g(static_cast<size_t>(span_));
+  for (int k = 0; k < local_; ++k) {
+    std::fill(g.begin(), g.end(), 0.0f);
+    for (int src = 0; src < P.dp * P.ep; ++src) {
+      const float* part = parts + (size_t(src) * size_t(local_) + size_t(k)) * size_t(span_);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] + part[i];
+    }
+    be.copy_from_host(ctx.grads.slice(expert_base_[size_t(k)], {span_}), g.data());
   }
   be.zero(acc_);
 }

@@ -85,6 +85,10 @@ class MoeMlp : public Mlp {
   Tensor acc_;
   int64_t span_ = 0;
   std::vector<int64_t> expert_base_;
+  // Device memory's way through the host: the exchange's rows, this rank's accumulators.
+  std::vector<char> host_send_, host_recv_;
+  std::vector<float> host_acc_;
+  void reduce_expert_gradients_on_host(const ModelContext& ctx);
   std::vector<float> gathered_;         // acc_ of every expert-data-parallel rank (dp > 1)
   MoeStats stats_;
   std::vector<int64_t> step_routed_;    // loads summed over the step's backward passes

@@ -41,12 +41,6 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
                 comm_->world());
   if (comm_->world() > 1) comm_->set_timeout(par.timeout_s);
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
-  // (--plan shows the memory of expert parallelism on a GPU; training it there waits for the
-  // device token exchange.)
-  if (par.ep > 1 && cfg_.device != Device::Cpu)
-    usage_error("{}: key 'parallel.ep' is {}: expert parallelism trains on device: cpu only, "
-                "today (the CUDA token exchange is not built yet; --plan shows its memory)",
-                cfg_.source_path, par.ep);
   // Before any allocation: a model that cannot fit is refused at once, not after minutes of
   // zeroing memory.
   require_memory_fits(cfg_);
@@ -354,10 +348,20 @@ void Trainer::reduce_gradients() {
     // Expert parallelism (host memory): the dense ranges summed over the world, then each local
     // expert's gradient folded from every source's, in world rank order (MoeMlp).
     const ScopedRange range(*backend_, "gradient all-reduce + expert fold");
-    ECO_ASSERT(g.dtype == DType::F32 && backend_->host_memory(),
-               "expert-parallel gradients in {} on {}", dtype_name(g.dtype), backend_->name());
-    for (const auto& [offset, length] : dense_ranges_)
-      comm_->all_reduce_sum(g.as<float>() + offset, length);
+    ECO_ASSERT(g.dtype == DType::F32, "expert-parallel gradients in {}", dtype_name(g.dtype));
+    if (backend_->host_memory()) {
+      for (const auto& [offset, length] : dense_ranges_)
+        comm_->all_reduce_sum(g.as<float>() + offset, length);
+    } else if (device_comm_) {  // GPU to GPU
+      for (const auto& [offset, length] : dense_ranges_)
+        device_comm_->all_reduce_sum(g.as<float>() + offset, length);
+    } else {  // through host memory (the expert slots ride along unchanged)
+      grads_host_.resize(size_t(g.numel()));
+      backend_->copy_to_host(grads_host_.data(), g);
+      for (const auto& [offset, length] : dense_ranges_)
+        comm_->all_reduce_sum(grads_host_.data() + offset, length);
+      backend_->copy_from_host(g, grads_host_.data());
+    }
     model_->reduce_expert_gradients();
     return;
   }

@@ -3,7 +3,9 @@
 # (every block linear's forward the FP8 GEMM). The gradients are summed over MPI through host
 # memory in rank order. Skips (77) without mpirun, without MPI or CUDA in the build, or without
 # a GPU: scripts/gpu_check.sh runs it on a GPU machine. ZeRO-1 (zero: 1) on 2 CUDA ranks, its
-# codes and scales all-gathered through host memory, ends byte-identical too.
+# codes and scales all-gathered through host memory, ends byte-identical too, and so does
+# expert parallelism (ep 2, the tokens exchanged through host memory) against dp 2 on a sparse
+# MoE whose every expert GEMM takes the FP8 path (16-row segments).
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
@@ -37,3 +39,12 @@ run dp2_fp8-eco-sr 2 --set precision.treatment=fp8-eco-sr --set parallel.zero=1
 "$CKPT" diff "$WORK/one_fp8-eco-sr/ckpt_00000010.bin" "$WORK/dp2_fp8-eco-sr/ckpt_00000010.bin" \
   >diff_zero1.txt || { cat diff_zero1.txt; fail "ZeRO-1 on 2 CUDA ranks differs from one rank"; }
 echo "ok: fp8-eco-sr ZeRO-1 on CUDA, 2 ranks == 1 rank x 2 micro-batches ($(tail -1 diff_zero1.txt))"
+# Expert parallelism on CUDA: ep 2 against dp 2 (both 2 ranks), an SMoE with quantized experts.
+moe=(--set precision.treatment=fp8-eco-sr --set precision.quantize=experts --set model.d_model=64
+  --set model.moe.n_experts=4 --set model.moe.top_k=2 --set model.moe.expert_hidden=64)
+run dp2_moe 2 "${moe[@]}"
+"${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" "${moe[@]}" --set train.out_dir="$WORK/ep2_moe" \
+  --set parallel.dp=1 --set parallel.ep=2 >ep2_moe.log 2>&1 || { cat ep2_moe.log; fail "ep2_moe: exit $?"; }
+"$CKPT" diff "$WORK/dp2_moe/ckpt_00000010.bin" "$WORK/ep2_moe/ckpt_00000010.bin" >diff_ep.txt ||
+  { cat diff_ep.txt; fail "ep 2 on CUDA differs from dp 2"; }
+echo "ok: SMoE fp8-eco-sr on CUDA, ep 2 == dp 2 ($(tail -1 diff_ep.txt))"

@@ -121,16 +121,9 @@ assert p["bytes_sent"]["all_to_all"] > 0, p
 print(f"ok: ep 2 sent {p['bytes_sent']['all_to_all']} bytes all-to-all")
 PY
 
-# device: cuda with ep > 1: --plan shows its memory, training is refused by name on every rank
-# (the device token exchange is not built yet).
+# device: cuda with ep > 1 plans with the CUDA layout (training it: e2e data_parallel_cuda).
 cuda_plan=$("${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" "${sigmoid_bias[@]}" \
   --set parallel.ep=2 --set device=cuda --plan 2>&1) || { echo "$cuda_plan"; fail "--plan of ep 2 on cuda"; }
 grep -q "expert parallelism: each rank holds 2 of the 4 routed experts" <<<"$cuda_plan" ||
   { echo "$cuda_plan"; fail "--plan of ep 2 on cuda says nothing of ep"; }
-rc=0
-out=$("${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" "${sigmoid_bias[@]}" --set parallel.ep=2 \
-  --set device=cuda --set train.out_dir="$WORK/ep_cuda" 2>&1 >/dev/null) || rc=$?
-[ "$rc" != 0 ] || fail "ep 2 on device: cuda trained"
-grep -q "key 'parallel.ep' is 2: expert parallelism trains on device: cpu only" <<<"$out" ||
-  { echo "$out"; fail "no refusal of ep on cuda"; }
-echo "ok: ep 2 on device: cuda plans, and training it is refused (exit $rc)"
+echo "ok: ep 2 on device: cuda plans"
