@@ -247,12 +247,17 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("ep", p.ep);
     r.get("zero", p.zero);
     r.get("timeout_s", p.timeout_s);
+    r.get("ep_row_factor", p.ep_row_factor);
     r.finish();
     require(std::isfinite(p.timeout_s) && p.timeout_s >= 0 && p.timeout_s <= 1e7, origin,
             "parallel.timeout_s",
             fmt::format("must be 0 (wait forever) or seconds in (0, 1e7], got {}", p.timeout_s));
     require_range(p.dp, 1, ConfigLimits::kMaxRanks, origin, "parallel.dp");
     require_range(p.ep, 1, ConfigLimits::kMaxRanks, origin, "parallel.ep");
+    require(p.ep_row_factor == 0 || (p.ep_row_factor >= 1 && p.ep_row_factor <= p.ep), origin,
+            "parallel.ep_row_factor",
+            fmt::format("must be 0 (parallel.ep, the worst case) or in [1, parallel.ep = {}], got {}",
+                        p.ep, p.ep_row_factor));
     require_range(int64_t(p.dp) * p.ep, 1, ConfigLimits::kMaxRanks, origin, "parallel.dp");
     require(p.zero == 0 || p.zero == 1, origin, "parallel.zero",
             fmt::format("must be 0 or 1, got {}", p.zero));
@@ -420,6 +425,8 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "ep" << YAML::Value << c.parallel.ep;
     e << YAML::Key << "zero" << YAML::Value << c.parallel.zero;
     e << YAML::Key << "timeout_s" << YAML::Value << c.parallel.timeout_s;
+    if (c.parallel.ep_row_factor > 0)
+      e << YAML::Key << "ep_row_factor" << YAML::Value << c.parallel.ep_row_factor;
     e << YAML::EndMap;
   }
   e << YAML::Key << "device" << YAML::Value << enum_name(c.device);

@@ -163,6 +163,11 @@ struct ParallelConfig {
   // stuck, or gone without the launcher noticing); 0: wait forever. Rank 0 writing a large
   // checkpoint keeps the others waiting at their next collective: leave room for it.
   double timeout_s = 600;
+  // Expert parallelism: the rows a rank's experts can take in a layer, as a multiple of the
+  // balanced load (one source's rows); 0: ep, the worst case (every source's rows routed to one
+  // rank's experts), which always fits. Less saves activation memory; a step that routes more
+  // rows to a rank stops the run with an error naming this key (it does not change the bits).
+  double ep_row_factor = 0;
   int world() const { return dp * ep; }
 };
 

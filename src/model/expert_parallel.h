@@ -4,6 +4,8 @@
 // (the ranks with the same d): rank e owns experts [e E / ep, (e + 1) E / ep), stores, updates
 // and checkpoints only those, and runs every source rank's tokens through them (model/moe_mlp.h).
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "dist/communicator.h"
@@ -19,6 +21,15 @@ struct ExpertParallel {
   // the expert-data-parallel group, split(r % ep, r / ep) (the ranks owning the same experts).
   Communicator* ep_comm = nullptr;
   Communicator* edp_comm = nullptr;
+  double row_factor = 0;  // parallel.ep_row_factor (0: ep)
+
+  // The rows this rank's experts can take in a layer when one source sends at most `rows`:
+  // row_factor x rows (ep x rows by default, the worst case), rounded up to whole 16-row tiles.
+  int64_t expert_rows(int64_t rows) const {
+    const double f = row_factor > 0 ? row_factor : double(ep);
+    const auto n = int64_t(f * double(rows) + 0.999999);
+    return std::min<int64_t>(int64_t(ep) * rows, (n + 15) / 16 * 16);
+  }
 
   bool enabled() const { return ep > 1; }
   // The group rank that owns expert x of n_experts (ep divides n_experts: config.cpp).
@@ -28,8 +39,8 @@ struct ExpertParallel {
 
 // The placement of world rank `world_rank` of dp x ep ranks, without its communicators (a
 // plan's, or the trainer's before it splits the groups).
-inline ExpertParallel expert_placement(int dp, int ep, int world_rank) {
-  return ExpertParallel{ep, world_rank % ep, dp, world_rank / ep, nullptr, nullptr};
+inline ExpertParallel expert_placement(int dp, int ep, int world_rank, double row_factor = 0) {
+  return ExpertParallel{ep, world_rank % ep, dp, world_rank / ep, nullptr, nullptr, row_factor};
 }
 
 // The routed expert a parameter belongs to: "h.3.mlp.experts.5.fc.weight" -> 5; -1 for every

@@ -41,6 +41,7 @@ MoeMlp::MoeMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t
   rows_x_ = act("rows_in", {R, C}, at);
   rows_y_ = act("rows_out", {R, C}, at);
   step_routed_.assign(size_t(E), 0);
+  layer_ = layer;
   ep_ = ctx.ep && ctx.ep->enabled();
   if (!ep_) {
     rows_fc_ = act("rows_fc", {R, m.expert_fc_rows()}, at);
@@ -52,7 +53,7 @@ MoeMlp::MoeMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t
   const ExpertParallel& P = *ctx.ep;
   local_ = int(E / P.ep);
   first_ = P.rank * local_;
-  const int64_t RR = P.ep * R;
+  const int64_t RR = P.expert_rows(R);
   ex_x_ = act("ep_rows_in", {RR, C}, at);
   ex_fc_ = act("ep_rows_fc", {RR, m.expert_fc_rows()}, at);
   ex_act_ = act("ep_rows_act", {RR, m.expert_hidden}, at);
@@ -135,8 +136,15 @@ void MoeMlp::plan_segments(const ModelContext& ctx) {
       recv_rows_[size_t(s)] += n;
     }
   ex_rows_ = r;
-  ECO_ASSERT(r <= ex_x_.shape[0], "expert parallelism: {} rows for this rank's experts, room for {}",
-             r, ex_x_.shape[0]);
+  if (r > ex_x_.shape[0]) {
+    const int64_t one = rows_x_.shape[0];  // one source's rows at most: the balanced load
+    usage_error("key 'parallel.ep_row_factor': layer {} routed {} rows to the experts of rank {} "
+                "of its expert-parallel group this step, more than the {} its factor {} allows "
+                "({} rows a source); raise it to at least {:.2f} (at most parallel.ep = {}, "
+                "which always fits) and resume: the factor does not change the training",
+                layer_, r, P.rank, ex_x_.shape[0], P.row_factor, one,
+                std::ceil(100.0 * double(r) / double(one)) / 100.0, P.ep);
+  }
 }
 
 void MoeMlp::exchange(const ModelContext& ctx, const Tensor& from,

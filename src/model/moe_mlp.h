@@ -83,6 +83,7 @@ class MoeMlp : public Mlp {
   int first_ = 0, local_ = 0;
   std::vector<int64_t> send_rows_, recv_rows_, seg_rows_;
   Tensor acc_;
+  int layer_ = 0;
   int64_t span_ = 0;
   std::vector<int64_t> expert_base_;
   // Device memory's way through the host: the exchange's rows, this rank's accumulators.

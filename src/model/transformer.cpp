@@ -69,7 +69,7 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   if (moe.enabled()) {
     const int64_t rows = moe_max_rows(N * moe.top_k, moe.n_experts, be_.moe_row_align());
     // Expert parallelism: an owner's experts see at most every source's rows (ep x rows).
-    const int64_t expert_rows = ep_.enabled() ? int64_t(ep_.ep) * rows : rows;
+    const int64_t expert_rows = ep_.enabled() ? ep_.expert_rows(rows) : rows;
     s.moe_d_rows = ws("moe_d_rows", {rows, C});
     s.moe_d_fc = ws("moe_d_fc", {expert_rows, moe.expert_fc_rows()});
     s.moe_d_act = ws("moe_d_act", {expert_rows, moe.expert_hidden});

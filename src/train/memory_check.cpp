@@ -59,7 +59,8 @@ MemoryFit memory_fit(const Config& cfg) {
   {
     // Expert parallelism: rank 0's experts (every rank holds as many).
     Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
-                      cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0));
+                      cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0,
+                                                       cfg.parallel.ep_row_factor));
     const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.dp : 1;
     Optimizer opt(cfg.optim, model, 0, zero_world,
                   ZeroShards(model.store(), zero_world).largest_rank());

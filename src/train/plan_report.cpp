@@ -45,7 +45,8 @@ std::string plan_report(const Config& cfg) {
   auto be = make_planning_backend(cfg.device);
   // Expert parallelism: rank 0's experts (every rank holds as many).
   Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
-                    cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0));
+                    cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0,
+                                                       cfg.parallel.ep_row_factor));
   // Under ZeRO-1 the plan is the rank with the most rows' moments.
   const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.dp : 1;
   const int plan_rank = ZeroShards(model.store(), zero_world).largest_rank();
@@ -107,8 +108,11 @@ std::string plan_report(const Config& cfg) {
                          double(dtype_size(be->act_dtype())) * (par.ep - 1) / par.ep;
       s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero 0; expert parallelism: each rank "
                        "holds {} of the {} routed experts of each MoE layer (weights, gradients, "
-                       "moments); the table above is per rank\n",
-                       par.dp, par.ep, par.world(), moe.n_experts / par.ep, moe.n_experts);
+                       "moments), their rows sized for {} x a source's (parallel.ep_row_factor{}); "
+                       "the table above is per rank\n",
+                       par.dp, par.ep, par.world(), moe.n_experts / par.ep, moe.n_experts,
+                       par.ep_row_factor > 0 ? par.ep_row_factor : double(par.ep),
+                       par.ep_row_factor > 0 ? "" : " 0: ep, the worst case");
       s += fmt::format("collectives per step and rank: dense gradient all-reduce sends {:.1f} MiB; "
                        "expert gradient all-gather (expert-data-parallel group) sends {:.1f} MiB; "
                        "token exchange (all_to_all_v) sends about {:.1f} MiB\n",

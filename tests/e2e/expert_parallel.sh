@@ -121,6 +121,19 @@ assert p["bytes_sent"]["all_to_all"] > 0, p
 print(f"ok: ep 2 sent {p['bytes_sent']['all_to_all']} bytes all-to-all")
 PY
 
+# parallel.ep_row_factor sizes an owner's expert rows below the worst case: a factor that fits
+# keeps the bits; 1 (the balanced load exactly) overflows in some layer and step of this run,
+# which ends with one error naming the key and the factor it needed.
+run ep2_rows15 1 2 --set parallel.ep_row_factor=1.5
+same ep2_sigmoid_bias_fp8-eco-sr ep2_rows15
+rc=0
+"${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" "${sigmoid_bias[@]}" --set parallel.ep=2 \
+  --set parallel.ep_row_factor=1 --set train.out_dir="$WORK/ep2_rows1" >ep2_rows1.log 2>&1 || rc=$?
+[ "$rc" != 0 ] || fail "ep_row_factor 1 trained through an overflow (or no step overflowed)"
+grep -q "key 'parallel.ep_row_factor': layer [0-9]* routed [0-9]* rows .* raise it to at least" \
+  ep2_rows1.log || { cat ep2_rows1.log; fail "no ep_row_factor error"; }
+echo "ok: ep_row_factor 1.5 keeps the bits; 1 overflows with an error naming the key (exit $rc)"
+
 # device: cuda with ep > 1 plans with the CUDA layout (training it: e2e data_parallel_cuda).
 cuda_plan=$("${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" "${sigmoid_bias[@]}" \
   --set parallel.ep=2 --set device=cuda --plan 2>&1) || { echo "$cuda_plan"; fail "--plan of ep 2 on cuda"; }

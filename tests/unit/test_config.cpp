@@ -454,6 +454,12 @@ TEST(ConfigParallel, ExpertParallelismNeedsMoeExpertsItDividesOnTheCpu) {
                       {kOrigin, "parallel.ep", "must divide model.moe.n_experts (4)"});
   expect_config_error(base_yaml(moe + "parallel: {ep: 2, zero: 1}\n"),
                       {kOrigin, "parallel.zero", "ZeRO-1 with expert parallelism"});
+  EXPECT_EQ(parse(base_yaml(moe + "parallel: {ep: 2, ep_row_factor: 1.5}\n")).parallel.ep_row_factor,
+            1.5);
+  expect_config_error(base_yaml(moe + "parallel: {ep: 2, ep_row_factor: 3}\n"),
+                      {kOrigin, "parallel.ep_row_factor", "[1, parallel.ep = 2]"});
+  expect_config_error(base_yaml(moe + "parallel: {ep: 2, ep_row_factor: 0.5}\n"),
+                      {kOrigin, "parallel.ep_row_factor"});
   // device: cuda parses (--plan shows its memory); the trainer refuses to train it (e2e
   // expert_parallel).
   EXPECT_EQ(parse(base_yaml(moe + "parallel: {ep: 2}\ndevice: cuda\n")).parallel.ep, 2);
