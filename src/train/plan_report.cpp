@@ -61,6 +61,22 @@ std::string plan_report(const Config& cfg) {
                    cfg.precision.quantize == QuantizeScope::Blocks
                        ? "the treatment applies to every block linear"
                        : "the treatment applies to the experts' weights only");
+  {
+    // The run's length: tokens per parameter, over every parameter and over those outside the
+    // embeddings (the count papers name models by).
+    int64_t embedding = 0;
+    for (const ParamSpec& sp : model.table().specs)
+      if (sp.role == ParamRole::Embedding || sp.role == ParamRole::Head ||
+          sp.role == ParamRole::Position)
+        embedding += sp.numel();
+    const double tokens = double(cfg.total_steps()) * double(cfg.tokens_per_step());
+    const int64_t body = model.table().total - embedding;
+    s += fmt::format("training: {} steps x {} tokens = {:.4g} tokens ({:.1f} per parameter, {:.1f} "
+                     "per parameter outside the embeddings: {})\n",
+                     cfg.total_steps(), cfg.tokens_per_step(), tokens,
+                     tokens / double(model.table().total), tokens / double(std::max<int64_t>(body, 1)),
+                     body);
+  }
   s += fmt::format("static bytes per parameter: {:.2f}\n",
                    double(ledger.static_bytes()) / double(model.table().total));
   if (q > 0)

@@ -1,4 +1,4 @@
-# Every config in configs/ loads and plans (--plan: validation, parameter table, memory ledger)
+# Every config in configs/ (and configs/paper/) loads and plans (--plan: validation, parameter table, memory ledger)
 # under every treatment, so a change to the config schema cannot leave a shipped config behind.
 # The treatments come from eco-train's own error message for an unknown one.
 source "$(dirname "$0")/lib/common.bash"
@@ -25,3 +25,15 @@ for config in "${configs[@]}"; do
   done
 done
 echo "shipped configs ok: ${#configs[@]} configs x $(wc -w <<<"$treatments") treatments = $plans plans"
+# The paper's sizes (configs/paper/, issue 15): every one plans under a treatment of each kind,
+# and says how many tokens per parameter outside the embeddings it trains (100, the paper's).
+paper=(configs/paper/*.yaml)
+[ "${#paper[@]}" -eq 6 ] || fail "expected the paper's 6 dense sizes in configs/paper, found ${#paper[@]}"
+for config in "${paper[@]}"; do
+  for t in fp32 bf16-mw fp8-eco-sr int4-eco-sr; do
+    out=$("$ECO_TRAIN" "$config" --plan --set precision.treatment="$t" 2>&1) || fail "$config under $t: $out"
+    grep -q "^training: .* (.* per parameter, 100.0 per parameter outside the embeddings" <<<"$out" ||
+      fail "$config under $t: not 100 tokens per parameter: $(grep '^training' <<<"$out")"
+  done
+done
+echo "paper configs ok: ${#paper[@]} sizes x 4 treatments"
