@@ -9,7 +9,11 @@ weights, codes, scales, masters and optimizer state, as the ledger and `eco-trai
 them; where only some parameters are quantized, e.g. an MoE's experts, this is what a user saves)
 and gap_to_bf16.png (val loss minus bf16-mw's at the same step, over training).
 
-    python3 scripts/summarize_treatments.py runs/NAME --out results/NAME
+    python3 scripts/summarize_treatments.py runs/NAME --out results/NAME [--paper 30m|100m|800m]
+
+--paper adds the ECO paper's final C4 validation losses of that size (Table 1, as noted in
+../shared/design/ECO.md) and their gaps to bf16-mw beside ours: a reproduction at another scale
+or on another corpus compares gaps, not losses.
 """
 import argparse
 import csv
@@ -40,6 +44,16 @@ def load(run_dir):
     return s, val, train
 
 
+# The paper's Table 1: final C4 validation loss of the Llama-style models at 100 tokens/param.
+PAPER = {
+    "30m": {"bf16-mw": 3.3238, "fp8-mw-rtn": 3.3248, "fp8-naive-sr": 3.4008, "fp8-eco-rtn": 3.3640,
+            "fp8-eco-sr": 3.3317},
+    "100m": {"bf16-mw": 2.9811, "fp8-mw-rtn": 2.9846, "fp8-naive-sr": 3.1006, "fp8-eco-rtn": 3.0025,
+             "fp8-eco-sr": 2.9888},
+    "800m": {"bf16-mw": 2.5306, "fp8-mw-rtn": 2.5343, "fp8-naive-sr": 2.9471, "fp8-eco-rtn": 2.6046,
+             "fp8-eco-sr": 2.5399},
+}
+
 COLORS = [plt.get_cmap("tab10")(i) for i in range(10)] + ["black", "gold", "navy", "magenta"]
 
 
@@ -66,11 +80,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("runs")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--paper", choices=sorted(PAPER), help="the paper's Table 1 size to set beside")
     args = ap.parse_args()
+    paper = PAPER.get(args.paper, {})
     os.makedirs(args.out, exist_ok=True)
     found = [t for t in os.listdir(args.runs)
              if os.path.exists(os.path.join(args.runs, t, "summary.json"))]
     found.sort(key=lambda t: (ORDER.index(t) if t in ORDER else 99, t))
+    if not found:
+        raise SystemExit(f"summarize_treatments: no finished run (summary.json) under {args.runs}")
     data = {t: load(os.path.join(args.runs, t)) for t in found}
     base = data.get("bf16-mw")
     base_loss = base[0].get("final_val_loss") if base else None
@@ -100,13 +118,16 @@ def main():
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
     md = ["| treatment | final val loss | vs bf16-mw | static B / quantized param | static MiB (model) | tokens/s "
-          "| steps | diverged |",
-          "|---|---|---|---|---|---|---|---|"]
+          "| steps | diverged |" + (f" paper {args.paper} loss | paper vs bf16-mw |" if paper else ""),
+          "|---|---|---|---|---|---|---|---|" + ("---|---|" if paper else "")]
     for r in rows:
+        p_loss = paper.get(r["treatment"])
+        p_gap = p_loss - paper["bf16-mw"] if p_loss is not None else None
         md.append(f"| {r['treatment']} | {fmt(r['final_val_loss'], '.4f')} | {fmt(r['delta_vs_bf16_mw'], '+.4f')} | "
                   f"{fmt(r['static_bytes_per_quantized_param'], '.2f')} | {fmt(r['static_mib'], '.2f')} | "
                   f"{fmt(r['tokens_per_s'], '.0f')} | "
-                  f"{r['steps']} | {'yes' if r['diverged'] else 'no'} |")
+                  f"{r['steps']} | {'yes' if r['diverged'] else 'no'} |" +
+                  (f" {fmt(p_loss, '.4f')} | {fmt(p_gap, '+.4f')} |" if paper else ""))
     open(os.path.join(args.out, "summary.md"), "w").write("\n".join(md) + "\n")
     print("\n".join(md))
 

@@ -3,14 +3,18 @@
 # other, then writes results/<config name>/: summary.csv, summary.md and plots.
 #   scripts/treatments.sh configs/shakespeare-llama-cpu.yaml [TREATMENT...] [-- --set k=v ...]
 # Resumable: a finished treatment (summary.json present) is skipped, an interrupted one resumes
-# from its latest checkpoint. Runs live in runs/<config name>/<treatment>/.
+# from its latest checkpoint. Runs live in runs/<config name>/<treatment>/. ECO_LAUNCH, when set,
+# prefixes every eco-train command (e.g. "mpirun -np 4 --oversubscribe"), and ECO_RUNS_NAME
+# replaces the config name in runs/ and results/; ECO_PAPER_SIZE (30m, 100m, 800m) sets the
+# paper's Table 1 numbers beside the results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: scripts/treatments.sh CONFIG.yaml [TREATMENT...] [-- --set k=v ...]" >&2; exit 2; }
 config=$1
 shift
 [ -f "$config" ] || { echo "treatments.sh: $config: no such config file" >&2; exit 2; }
-name=$(basename "$config" .yaml)
+name=${ECO_RUNS_NAME:-$(basename "$config" .yaml)}
+read -r -a launch <<<"${ECO_LAUNCH:-}"
 treatments=()
 extra=()
 while [ $# -gt 0 ]; do
@@ -48,7 +52,7 @@ for t in "${treatments[@]}"; do
   resume=()
   if ls "$out"/ckpt_*.bin >/dev/null 2>&1; then resume=(--resume); fi
   echo "[$i/${#treatments[@]}] $t -> $out ${resume[*]}"
-  build/eco-train "$config" --set precision.treatment="$t" --set train.out_dir="$out" \
+  ${launch[@]+"${launch[@]}"} build/eco-train "$config" --set precision.treatment="$t" --set train.out_dir="$out" \
     "${extra[@]}" "${resume[@]}" >"$runs/$t.log" 2>&1
   rc=$?
   tail -n 2 "$runs/$t.log" | sed 's/^/    /'
@@ -56,4 +60,5 @@ for t in "${treatments[@]}"; do
     echo "    $t failed (exit $rc, see $runs/$t.log)"
   fi
 done
-python3 scripts/summarize_treatments.py "$runs" --out "$results"
+python3 scripts/summarize_treatments.py "$runs" --out "$results" \
+  ${ECO_PAPER_SIZE:+--paper "$ECO_PAPER_SIZE"}
