@@ -77,9 +77,23 @@ class Communicator {
   // exit code 1 and a line naming the collective (the launcher then ends the others); 0: wait
   // forever (the default).
   virtual void set_timeout(double /*seconds*/) {}
+  // A wait on the other ranks outside this communicator (a device collective's synchronisation:
+  // NCCL has no timeout of its own) falls under the same timeout while a WaitGuard lives.
+  class WaitGuard {
+   public:
+    WaitGuard(Communicator& c, const char* what) : c_(c) { c_.wait_begin(what); }
+    ~WaitGuard() { c_.wait_end(); }
+    WaitGuard(const WaitGuard&) = delete;
+    WaitGuard& operator=(const WaitGuard&) = delete;
+
+   private:
+    Communicator& c_;
+  };
 
  protected:
   CommBytes bytes_;
+  virtual void wait_begin(const char* /*what*/) {}
+  virtual void wait_end() {}
 };
 
 // One process: rank 0 of 1; every collective is the identity (sums start from 0 as above).

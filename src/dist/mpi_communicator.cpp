@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -134,6 +135,7 @@ class MpiCommunicator final : public Communicator {
       if (!finalized) MPI_Comm_free(&comm_);
       return;
     }
+    wait_.reset();
     watchdog_.reset();
     if (!finalized) MPI_Finalize();
   }
@@ -141,6 +143,8 @@ class MpiCommunicator final : public Communicator {
   int world() const override { return world_; }
   std::string name() const override { return "mpi"; }
   void set_timeout(double seconds) override { watchdog_->set_timeout(seconds); }
+  void wait_begin(const char* what) override { wait_.emplace(*watchdog_, what); }
+  void wait_end() override { wait_.reset(); }
 
   void all_reduce_sum(float* x, int64_t n) override { ordered_sum(x, n, recv_f32_); }
   void all_reduce_sum(double* x, int64_t n) override { ordered_sum(x, n, recv_f64_); }
@@ -364,6 +368,7 @@ class MpiCommunicator final : public Communicator {
   const bool root_;  // owns MPI (MPI_COMM_WORLD) rather than a split's MPI_Comm
   int rank_ = 0, world_ = 1;
   std::shared_ptr<CollectiveWatchdog> watchdog_;
+  std::optional<CollectiveWatchdog::Scope> wait_;  // a WaitGuard's
   std::vector<float> recv_f32_;
   std::vector<double> recv_f64_;
 };

@@ -167,8 +167,10 @@ void Optimizer::all_gather_weights() {
     const int64_t before = counted();
     if (be.host_memory()) {
       comm_->all_gather(buf.data, bounds);
-    } else if (device_comm_) {  // GPU to GPU
+    } else if (device_comm_) {  // GPU to GPU, waited for under the run's collective timeout
       device_comm_->all_gather(buf.data, bounds);
+      const Communicator::WaitGuard guard(*comm_, "the NCCL all-gather of the weights");
+      be.synchronize();
     } else {  // device memory through the host
       staging_.resize(buf.bytes());
       be.copy_to_host(staging_.data(), buf);

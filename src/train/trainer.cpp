@@ -352,9 +352,11 @@ void Trainer::reduce_gradients() {
     if (backend_->host_memory()) {
       for (const auto& [offset, length] : dense_ranges_)
         comm_->all_reduce_sum(g.as<float>() + offset, length);
-    } else if (device_comm_) {  // GPU to GPU
+    } else if (device_comm_) {  // GPU to GPU (synchronised under the timeout, as below)
       for (const auto& [offset, length] : dense_ranges_)
         device_comm_->all_reduce_sum(g.as<float>() + offset, length);
+      const Communicator::WaitGuard guard(*comm_, "the NCCL gradient sum");
+      backend_->synchronize();
     } else {  // through host memory (the expert slots ride along unchanged)
       grads_host_.resize(size_t(g.numel()));
       backend_->copy_to_host(grads_host_.data(), g);
@@ -384,6 +386,10 @@ void Trainer::reduce_gradients() {
       device_comm_->reduce_scatter_sum(g.as<float>(), grad_bounds_);
     else
       device_comm_->all_reduce_sum(g.as<float>(), g.numel());
+    // NCCL waits without a timeout: a rank that stopped would hang the others in the next
+    // synchronisation; wait for the sum here, under parallel.timeout_s.
+    const Communicator::WaitGuard guard(*comm_, "the NCCL gradient sum");
+    backend_->synchronize();
     return;
   }
   // GPU gradients go through host memory over MPI: correct and rank-order deterministic, but
