@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ecotrain needs and is missing: Debian packages (build tools, yaml-cpp, spdlog,
 # GoogleTest, OpenBLAS (OpenMP build), OpenMPI, nlohmann-json, zlib) and the Python packages used
-# for data preparation (sentencepiece: the T5 tokenizer) and plots. Safe to run repeatedly: it only installs what is absent.
+# for data preparation (sentencepiece: the T5 tokenizer) and plots. Safe to run repeatedly: it
+# only installs what is absent.
 set -euo pipefail
 
 APT_PACKAGES=(cmake g++ make pkg-config libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev
