@@ -254,6 +254,8 @@ def make_tokenizer(args, inputs, split_of):
     if args.tokenizer == "bytes":
         return tb.BytesTokenizer()
     if args.tokenizer == "bpe":
+        print(f"prepare.py: training the BPE on up to {args.bpe_train_chars:,} chars of the train documents",
+              file=sys.stderr, flush=True)
         sample = bpe_sample(inputs, args.format, args.fields, split_of, args.bpe_train_chars)
         try:
             return tb.BpeTokenizer(sample, args.vocab_size)
@@ -266,7 +268,7 @@ def make_tokenizer(args, inputs, split_of):
     return tb.HfTokenizer(args.tokenizer_model, args.eot_token)
 
 
-def encode_and_write(tok, batch, writers, stats):
+def encode_and_write(tok, batch, writers):
     """Encode one batch of (text, end, split) pieces; append ids (+ end-of-text) to the shards."""
     texts = [t if tok.eot is not None or not end else t + end for t, end, _ in batch]
     out = {split: [] for split in writers}
@@ -300,10 +302,10 @@ def convert(args, tok, inputs, val_inputs, split_of, out_dir, version):
                 stats[split]["chars"] += len(text) + (len(end) if end and tok.eot is None else 0)
                 stats[split]["documents"] += end is not None
                 if size >= BATCH_CHARS:
-                    encode_and_write(tok, batch, writers, stats)
+                    encode_and_write(tok, batch, writers)
                     batch, size = [], 0
                     progress.update(sum(w.tokens for w in writers.values()))
-        encode_and_write(tok, batch, writers, stats)
+        encode_and_write(tok, batch, writers)
         progress.update(sum(w.tokens for w in writers.values()), final=True)
     except BaseException:
         for w in writers.values():
