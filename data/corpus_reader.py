@@ -3,7 +3,7 @@
 A reader yields (text, end) pairs: `end` is None while the document goes on (its next piece
 follows) and the document's raw separator once it ends ("" when there is none). The separator
 is what a tokenizer without an end-of-text id (bytes) writes instead of one, so bytes shards of a
-text file give the file back. No piece is longer than PIECE_CHARS (plus one line) and no read is
+text file give the file back. No piece is longer than 2 x PIECE_CHARS and no read is
 longer than a line capped at PIECE_CHARS (JSON lines: JSON_LINE_CHARS), so memory is bounded
 by these constants, not by the file or the document.
 
@@ -108,7 +108,8 @@ class InputFile:
 def split_piece(text, limit=PIECE_CHARS):
     """Cut a long text where a newline is followed by an ASCII letter or digit: the GPT-2 /
     ByteLevel pre-tokenizer always breaks there, so byte-level BPE gives the same tokens for the
-    pieces as for the whole. Text without such a place is cut at the limit."""
+    pieces as for the whole. Text without such a place is cut before a space (pre-tokenizers
+    break there too, unless spaces repeat), else at the limit."""
     start = 0
     while len(text) - start > limit:
         cut = start + limit
@@ -117,18 +118,38 @@ def split_piece(text, limit=PIECE_CHARS):
             if cut < 0 or cut + 1 >= len(text) or (text[cut + 1].isascii() and text[cut + 1].isalnum()):
                 break
             cut += 1
-        if cut < 0 or cut + 1 >= len(text):
-            cut = start + limit - 1
+        if cut < 0 or cut + 1 >= len(text):  # before the last space, else at the limit
+            space = text.rfind(" ", start + 1, start + limit)
+            cut = space - 1 if space > start else start + limit - 1
         yield text[start:cut + 1]
         start = cut + 1
     yield text[start:]
 
 
+def bounded_lines(f):
+    """(text, complete) for the lines of f: a line longer than PIECE_CHARS comes in pieces with
+    complete False, each cut before its last space (the rest is carried into the next piece), so
+    that encoding the pieces gives the line's tokens; a line without a space is cut at the limit."""
+    carry, partial = "", False
+    for line in f.lines(PIECE_CHARS):
+        partial = len(line) >= PIECE_CHARS and not line.endswith("\n")
+        line, carry = carry + line, ""
+        if partial:
+            space = line.rfind(" ")
+            if space > 0:
+                line, carry = line[:space], line[space:]
+        yield line, not partial
+    if partial:  # the file ended inside a cut line
+        yield carry, True
+
+
 def text_documents(f):
     """Paragraphs: lines up to a blank line; the separator is the final newline and blank lines."""
     doc, size, blank = [], 0, []
-    for line in f.lines(PIECE_CHARS):
-        if not line.strip():
+    whole = True  # the previous piece ended its line
+    for line, complete in bounded_lines(f):
+        starts_line, whole = whole, complete
+        if starts_line and complete and not line.strip():
             if doc:
                 blank.append(line)
             continue
@@ -163,19 +184,17 @@ def end_paragraph(doc, blank):
 
 
 def line_documents(f):
-    partial = False  # the previous read stopped at the limit inside a line
-    for line in f.lines(PIECE_CHARS):
-        ends = line.endswith("\n")
-        body = line[:-1] if ends else line
-        if ends or len(line) < PIECE_CHARS:
+    partial = False  # the line so far was handed on in pieces
+    for line, complete in bounded_lines(f):
+        if complete:
+            ends = line.endswith("\n")
+            body = line[:-1] if ends else line
             if body or partial:
                 yield body, "\n" if ends else ""
             partial = False
         else:
-            yield body, None
+            yield line, None
             partial = True
-    if partial:  # the file ended exactly at the limit inside its last line
-        yield "", ""
 
 
 def json_documents(f, fields):
