@@ -1,42 +1,49 @@
 #!/usr/bin/env python3
-"""Text -> train/val token shards in llm.c's format, plus the decode table eco-train prints with.
+"""Text corpora -> train/val token shards in llm.c's format, plus the decode table eco-train prints with.
 
-  python data/prepare.py --input FILE --out DIR --tokenizer {bytes,bpe,gpt2}
-                         [--vocab-size N (bpe)] [--val-fraction 0.1 | --val-input FILE]
-                         [--shard-tokens 100000000]
+  python data/prepare.py --input FILE|GLOB... --out DIR
+      --tokenizer {bytes,bpe,gpt2,sentencepiece,hf} [--tokenizer-model PATH] [--eot-token STR]
+      [--vocab-size N (bpe)] [--bpe-train-chars N]
+      [--format {auto,text,lines,jsonl}] [--json-field text | a+b]
+      [--val-fraction 0.1 [--split-seed 0] | --val-input FILE|GLOB...]
+      [--shard-tokens 100000000] [--force]
 
-Split: the first (1 - f) of the text (in characters) is train, the last f is val; each part is
-tokenized on its own. With --val-input the whole of --input is train and the whole of that file
-is val (corpora that ship their own heldout split, e.g. LM1B). The BPE tokenizer is trained on
-the train part only, so val stays unseen.
+Streams: inputs are read a line at a time (gzip too, by .gz suffix or magic), encoded in batches
+of about BATCH_CHARS and appended to shards that are closed as they fill, so memory does not grow
+with the corpus (data/corpus_reader.py says what a document is in each --format). Documents go
+in the order of the --input files; each is followed by the tokenizer's end-of-text id
+(data/tokenizer_backends.py lists them; bytes has none and keeps the text's own separator).
 
-Writes to DIR:
-  train_000000.bin ...  val_000000.bin ...   256 x int32 header (magic 20240520, version, count),
-      then the tokens little-endian: version 1 = uint16 (llm.c), 2 = uint32 (vocab > 65535).
-      A split's tokens are spread evenly over ceil(count / shard_tokens) shards, so no shard is a
-      tiny tail that the loader would have to reject.
-  decode_table.bin   uint32 magic 0x45434F44 ("ECOD"), uint32 vocab_size, then per token id:
-      uint32 byte_length, that many raw bytes.
-  meta.json          tokenizer, vocab size, token counts, source file, split, arguments.
-  tokenizer.json     (bpe only) the trained HF tokenizer.
+Split: document i of --input goes to val when splitmix64(seed, i) / 2^64 < --val-fraction, so
+the split is by document, deterministic, and the same for every tokenizer. With --val-input the
+whole of --input is train and the whole of those files is val (corpora that ship their own
+heldout split, e.g. LM1B). The BPE tokenizer is trained on the first --bpe-train-chars of the
+train documents only, so val stays unseen.
+
+Writes to DIR: train_000000.bin ... val_000000.bin ... (data/shard_writer.py), decode_table.bin,
+meta.json (tokenizer, vocab, end-of-text id, token and document counts, inputs, arguments) and
+tokenizer.json (bpe only). A progress line (bytes read / total, tokens, rate, ETA) goes to stderr.
 
 Re-running with the same arguments is a no-op when every output exists and is newer than the
-input (--force rebuilds). Exit codes: 0 ok, 1 tokenizer unavailable, 2 usage, 3 bad input.
+inputs (--force rebuilds). Exit codes: 0 ok, 1 tokenizer unavailable, 2 usage, 3 bad input.
 """
 import argparse
 import glob
 import json
 import os
-import struct
 import sys
 import time
 
 import numpy as np
 
-SHARD_MAGIC = 20240520
-DECODE_MAGIC = 0x45434F44
-HEADER_INTS = 256
-META_FORMAT = "ecotrain-shards-1"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from corpus_reader import InputError, InputFile, detect_format, documents, expand_inputs  # noqa: E402
+from shard_writer import ShardWriter, write_decode_table  # noqa: E402
+import tokenizer_backends as tb  # noqa: E402
+
+META_FORMAT = "ecotrain-shards-2"
+BATCH_CHARS = 4 << 20
+MASK64 = (1 << 64) - 1
 
 
 def fail(message, code=3):
@@ -44,157 +51,110 @@ def fail(message, code=3):
     sys.exit(code)
 
 
-# ---- tokenizers ------------------------------------------------------------------------------
-# Each one: .name, .vocab_size, .encode(str) -> np.uint32 array, .token_bytes() -> list of bytes
-# (index = token id), .save(out_dir) for anything beyond the decode table.
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
 
 
-def text_chunks(text, target_chars=1 << 20):
-    """Split text only where a newline is followed by an ASCII letter or digit. The GPT-2 / ByteLevel
-    pre-tokenizer regex always breaks there and BPE never merges across pre-tokens, so encoding
-    the chunks separately (and in parallel) gives exactly the tokens of encoding the whole text."""
-    start = 0
-    while len(text) - start > target_chars:
-        cut = start + target_chars
-        while True:
-            cut = text.find("\n", cut)
-            if cut < 0 or cut + 1 >= len(text) or (text[cut + 1].isascii() and text[cut + 1].isalnum()):
-                break
-            cut += 1
-        if cut < 0 or cut + 1 >= len(text):
-            break
-        yield text[start:cut + 1]
-        start = cut + 1
-    if start < len(text):
-        yield text[start:]
+class Splitter:
+    """Which split document i of --input goes to: a pure function of (seed, i, fraction)."""
+
+    def __init__(self, fraction, seed):
+        self.threshold = int(fraction * 2.0**64)
+        self.seed = splitmix64(seed & MASK64)
+
+    def __call__(self, i):
+        return "val" if splitmix64(self.seed ^ i) < self.threshold else "train"
 
 
-class BytesTokenizer:
-    name = "bytes"
-    vocab_size = 256
-
-    def encode(self, text):
-        return np.frombuffer(text.encode("utf-8", "surrogateescape"), dtype=np.uint8).astype(np.uint32)
-
-    def token_bytes(self):
-        return [bytes([i]) for i in range(256)]
-
-    def save(self, out_dir):
-        pass
-
-
-def gpt2_bytes_to_unicode():
-    """GPT-2's reversible byte -> printable unicode map, used by ByteLevel BPE vocabularies."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
+def document_stream(paths, fmt, fields, strict_utf8, split_of, on_file=None):
+    """(text, end, split, file) for every piece of every document of `paths`, in order; split_of
+    maps a document's index (counted over all the paths) to its split."""
+    index = 0
+    for path in paths:
+        f = InputFile(path, strict_utf8)
+        if on_file is not None:
+            on_file(f)
+        start = True
+        for text, end in documents(f, detect_format(path, fmt), fields):
+            if start:
+                split = split_of(index)
+                index += 1
+            yield text, end, split
+            start = end is not None
 
 
-class BpeTokenizer:
-    name = "bpe"
-
-    def __init__(self, train_text, vocab_size):
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-        self.tok = Tokenizer(models.BPE())
-        self.tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        self.tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[],
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                      show_progress=False)
-        self.tok.train_from_iterator(text_chunks(train_text), trainer=trainer)
-        self.vocab_size = self.tok.get_vocab_size()
-
-    def encode(self, text):
-        parts = [np.asarray(e.ids, dtype=np.uint32) for e in self.tok.encode_batch(list(text_chunks(text)))]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
-
-    def token_bytes(self):
-        byte_of = {c: b for b, c in gpt2_bytes_to_unicode().items()}
-        return [bytes(byte_of[c] for c in self.tok.id_to_token(i)) for i in range(self.vocab_size)]
-
-    def save(self, out_dir):
-        self.tok.save(os.path.join(out_dir, "tokenizer.json"))
+def bpe_sample(paths, fmt, fields, split_of, budget):
+    """Train-document text, up to `budget` chars, for training the BPE."""
+    seen = 0
+    for text, _, split in document_stream(paths, fmt, fields, True, split_of):
+        if split != "train":
+            continue
+        yield text
+        seen += len(text)
+        if seen >= budget:
+            return
 
 
-class Gpt2Tokenizer:
-    name = "gpt2"
+class Progress:
+    """bytes read / total, tokens, rate, ETA on stderr: redrawn in place on a terminal, else a
+    line every INTERVAL seconds."""
+    INTERVAL = 10.0
 
-    def __init__(self):
-        try:
-            import tiktoken
-            self.enc = tiktoken.get_encoding("gpt2")
-        except Exception as e:  # offline: tiktoken downloads its BPE files on first use
-            fail(f"tiktoken could not load the GPT-2 encoding ({type(e).__name__}: {e}). It downloads "
-                 "its files on first use; offline, point TIKTOKEN_CACHE_DIR at a cache that holds "
-                 "them, or use --tokenizer bpe or bytes", code=1)
-        self.vocab_size = self.enc.n_vocab
+    def __init__(self, total_bytes):
+        self.total, self.done_before, self.file = total_bytes, 0, None
+        self.t0 = self.last = time.time()
+        self.tty = sys.stderr.isatty()
+        self.printed = False
 
-    def encode(self, text):
-        parts = [np.asarray(ids, dtype=np.uint32) for ids in self.enc.encode_ordinary_batch(list(text_chunks(text)))]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+    def next_file(self, f):
+        if self.file is not None:
+            self.done_before += self.file.size
+        self.file = f
 
-    def token_bytes(self):
-        return [self.enc.decode_single_token_bytes(i) for i in range(self.vocab_size)]
-
-    def save(self, out_dir):
-        pass
-
-
-# ---- output files ----------------------------------------------------------------------------
-
-
-def write_atomically(path, chunks):
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        for c in chunks:
-            f.write(c)
-    os.replace(tmp, path)
-
-
-def write_shard(path, tokens, version):
-    header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[:3] = [SHARD_MAGIC, version, len(tokens)]
-    body = tokens.astype("<u2" if version == 1 else "<u4", copy=False)
-    write_atomically(path, [header.tobytes(), body.tobytes()])
-
-
-def write_decode_table(path, token_bytes):
-    out = [struct.pack("<II", DECODE_MAGIC, len(token_bytes))]
-    for b in token_bytes:
-        out += [struct.pack("<I", len(b)), b]
-    write_atomically(path, out)
-
-
-def split_shards(tokens, shard_tokens):
-    """ceil(n / shard_tokens) shards of near-equal size (none empty unless n == 0)."""
-    if len(tokens) == 0:
-        return []
-    count = -(-len(tokens) // shard_tokens)
-    return np.array_split(tokens, count)
+    def update(self, tokens, final=False):
+        now = time.time()
+        if not final and now - self.last < (0.5 if self.tty else self.INTERVAL):
+            return
+        self.last = now
+        done = self.done_before + (self.file.position if self.file else 0)
+        rate = done / max(now - self.t0, 1e-9)
+        eta = (self.total - done) / rate if rate > 0 else 0
+        line = (f"prepare.py: {done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB "
+                f"({100 * done / max(self.total, 1):.0f}%), {tokens:,} tokens, {rate / 1e6:.2f} MB/s, "
+                f"ETA {int(eta) // 60}m{int(eta) % 60:02d}s")
+        if self.tty:
+            print("\r" + line + "\033[K", end="\n" if final else "", file=sys.stderr, flush=True)
+        elif not final or self.printed:
+            print(line, file=sys.stderr, flush=True)
+        self.printed = True
 
 
 # ---- idempotence -----------------------------------------------------------------------------
 
 
-def request_of(args, source, val_source):
+def file_entry(path):
+    return {"path": os.path.abspath(path), "bytes": os.path.getsize(path)}
+
+
+def request_of(args, inputs, val_inputs):
     """The arguments that decide the output; a re-run with the same request may skip work."""
-    request = {"source": source, "source_bytes": os.path.getsize(source), "tokenizer": args.tokenizer,
-               "requested_vocab_size": args.vocab_size, "val_fraction": args.val_fraction,
+    request = {"inputs": [file_entry(p) for p in inputs], "val_inputs": [file_entry(p) for p in val_inputs],
+               "format": args.format, "json_field": args.json_field, "tokenizer": args.tokenizer,
+               "tokenizer_model": None, "eot_token": args.eot_token, "requested_vocab_size": args.vocab_size,
+               "val_fraction": args.val_fraction, "split_seed": args.split_seed,
                "shard_tokens": args.shard_tokens}
-    if val_source is not None:  # absent otherwise, so earlier outputs stay up to date
-        request.update(val_source=val_source, val_source_bytes=os.path.getsize(val_source))
+    if args.tokenizer_model is not None and os.path.exists(args.tokenizer_model):
+        request["tokenizer_model"] = os.path.abspath(args.tokenizer_model)
+    if args.tokenizer == "bpe":
+        request["bpe_train_chars"] = args.bpe_train_chars
     return request
 
 
 def up_to_date(out_dir, request):
-    """meta.json if every output exists, is newer than the input and was made by this request."""
+    """meta.json if every output exists, is newer than the inputs and was made by this request."""
     try:
         with open(os.path.join(out_dir, "meta.json")) as f:
             meta = json.load(f)
@@ -209,10 +169,13 @@ def up_to_date(out_dir, request):
         if present != shards:
             return None
         files += shards
-    source_mtime = max(os.path.getmtime(request[k]) for k in ("source", "val_source") if k in request)
+    sources = [e["path"] for e in request["inputs"] + request["val_inputs"]]
+    if request["tokenizer_model"] is not None:
+        sources.append(request["tokenizer_model"])
+    newest = max(os.path.getmtime(p) for p in sources)
     for name in files:
         path = os.path.join(out_dir, name)
-        if not os.path.isfile(path) or os.path.getmtime(path) < source_mtime:
+        if not os.path.isfile(path) or os.path.getmtime(path) < newest:
             return None
     return meta
 
@@ -221,47 +184,56 @@ def summary(out_dir, split, info, version, seconds=None):
     n = len(info["shards"])
     dtype = "uint16" if version == 1 else "uint32"
     took = f" in {seconds:.2f}s" if seconds is not None else " (up to date)"
-    return (f"prepare.py: {split}: {info['tokens']:,} tokens ({dtype}) from {info['chars']:,} chars in "
-            f"{n} shard{'s' if n != 1 else ''} -> {os.path.join(out_dir, split + '_*.bin')}{took}")
+    return (f"prepare.py: {split}: {info['tokens']:,} tokens ({dtype}) from {info['documents']:,} documents, "
+            f"{info['chars']:,} chars in {n} shard{'s' if n != 1 else ''} -> "
+            f"{os.path.join(out_dir, split + '_*.bin')}{took}")
 
 
 # ---- main ------------------------------------------------------------------------------------
 
 
-def read_text(path, given, tokenizer):
-    with open(path, "rb") as f:
-        raw = f.read()
-    # surrogateescape keeps any invalid UTF-8 byte, so the bytes tokenizer sees the file exactly.
-    text = raw.decode("utf-8", "surrogateescape")
-    if tokenizer != "bytes":
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            bad = len(text[:e.start].encode("utf-8", "surrogateescape"))
-            fail(f"{given}: not valid UTF-8 at byte {bad}; --tokenizer {tokenizer} needs "
-                 "UTF-8 text (--tokenizer bytes accepts any bytes)")
-    return text
-
-
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--input", required=True, help="UTF-8 text file")
+    p.add_argument("--input", required=True, nargs="+", action="extend",
+                   help="text / JSON-lines files or globs, gzip or not, read in this order")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--tokenizer", required=True, choices=["bytes", "bpe", "gpt2"])
-    p.add_argument("--vocab-size", type=int, help="vocabulary size to train (bpe, >= 256)")
-    p.add_argument("--val-fraction", type=float, help="last fraction of the text for val (default 0.1)")
-    p.add_argument("--val-input", help="UTF-8 text file that is the whole val split (--input is all train)")
+    p.add_argument("--tokenizer", required=True, choices=["bytes", "bpe", "gpt2", "sentencepiece", "hf"])
+    p.add_argument("--tokenizer-model", help="sentencepiece: the .model; hf: tokenizer.json; "
+                   "gpt2: a folder with encoder.json and vocab.bpe (default: tiktoken's download)")
+    p.add_argument("--eot-token", help="the end-of-text token (sentencepiece, hf; default: the model's)")
+    p.add_argument("--vocab-size", type=int, help="vocabulary size to train (bpe, >= 257)")
+    p.add_argument("--bpe-train-chars", type=int, default=64 << 20,
+                   help="train the BPE on the first N chars of the train documents (default 64 Mi)")
+    p.add_argument("--format", default="auto", choices=["auto", "text", "lines", "jsonl"],
+                   help="text: paragraphs are documents; lines: one per line; jsonl: one JSON object "
+                   "per line; auto (default): jsonl for *.json[l][.gz], else text")
+    p.add_argument("--json-field", default="text",
+                   help="jsonl: the string field that is the document, or fields joined as a+b")
+    p.add_argument("--val-fraction", type=float, help="fraction of the documents for val (default 0.1)")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the document split")
+    p.add_argument("--val-input", nargs="+", action="extend",
+                   help="files that are the whole val split (--input is all train)")
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="max tokens per shard")
     p.add_argument("--force", action="store_true", help="rebuild even if the outputs are up to date")
     args = p.parse_args()
 
     if args.tokenizer == "bpe":
-        if args.vocab_size is None or args.vocab_size < 256:
-            p.error("--tokenizer bpe needs --vocab-size >= 256 (the byte alphabet)")
+        if args.vocab_size is None or args.vocab_size < 257:
+            p.error("--tokenizer bpe needs --vocab-size >= 257 (the byte alphabet and <|endoftext|>)")
+        if args.bpe_train_chars < 1:
+            p.error(f"--bpe-train-chars {args.bpe_train_chars} must be >= 1")
     elif args.vocab_size is not None:
-        fixed = {"bytes": 256, "gpt2": 50257}[args.tokenizer]
+        fixed = {"bytes": 256, "gpt2": 50257}.get(args.tokenizer)
+        if fixed is None:
+            p.error(f"--vocab-size: --tokenizer {args.tokenizer} takes its vocab from --tokenizer-model")
         if args.vocab_size != fixed:
             p.error(f"--vocab-size {args.vocab_size}: --tokenizer {args.tokenizer} has a fixed vocab of {fixed}")
+    if args.tokenizer in ("sentencepiece", "hf") and args.tokenizer_model is None:
+        p.error(f"--tokenizer {args.tokenizer} needs --tokenizer-model PATH")
+    if args.tokenizer_model is not None and args.tokenizer in ("bytes", "bpe"):
+        p.error(f"--tokenizer-model: --tokenizer {args.tokenizer} takes none")
+    if args.eot_token is not None and args.tokenizer not in ("sentencepiece", "hf"):
+        p.error(f"--eot-token: --tokenizer {args.tokenizer} has a fixed end-of-text token")
     if args.val_input is not None:
         if args.val_fraction is not None:
             p.error("--val-input and --val-fraction exclude each other (--val-input is the whole val split)")
@@ -272,19 +244,87 @@ def main():
         p.error(f"--val-fraction {args.val_fraction} must be in [0, 1)")
     if not 1 <= args.shard_tokens <= 2**31 - 1:
         p.error(f"--shard-tokens {args.shard_tokens} must be in [1, 2^31 - 1] (int32 header count)")
+    args.fields = args.json_field.split("+")
+    if not all(args.fields):
+        p.error(f"--json-field {args.json_field!r}: empty field name")
+    return args
 
-    source = os.path.abspath(args.input)
-    val_source = os.path.abspath(args.val_input) if args.val_input is not None else None
-    for given, path in ((args.input, source), (args.val_input, val_source)):
-        if path is None:
-            continue
-        if not os.path.exists(path):
-            fail(f"input file not found: {given}")
-        if not os.path.isfile(path):
-            fail(f"input is not a regular file: {given}")
+
+def make_tokenizer(args, inputs, split_of):
+    if args.tokenizer == "bytes":
+        return tb.BytesTokenizer()
+    if args.tokenizer == "bpe":
+        print(f"prepare.py: training the BPE on up to {args.bpe_train_chars:,} chars of the train documents",
+              file=sys.stderr, flush=True)
+        sample = bpe_sample(inputs, args.format, args.fields, split_of, args.bpe_train_chars)
+        try:
+            return tb.BpeTokenizer(sample, args.vocab_size)
+        finally:
+            sample.close()
+    if args.tokenizer == "gpt2":
+        return tb.Gpt2Tokenizer(args.tokenizer_model)
+    if args.tokenizer == "sentencepiece":
+        return tb.SentencePieceTokenizer(args.tokenizer_model, args.eot_token)
+    return tb.HfTokenizer(args.tokenizer_model, args.eot_token)
+
+
+def encode_and_write(tok, batch, writers):
+    """Encode one batch of (text, end, split) pieces; append ids (+ end-of-text) to the shards."""
+    texts = [t if tok.eot is not None or not end else t + end for t, end, _ in batch]
+    out = {split: [] for split in writers}
+    eot = np.array([tok.eot], dtype=np.uint32) if tok.eot is not None else None
+    for ids, (text, end, split) in zip(tok.encode_batch(texts), batch):
+        out[split].append(np.asarray(ids, dtype=np.uint32))
+        if end is not None and eot is not None:
+            out[split].append(eot)
+    for split, parts in out.items():
+        if parts:
+            tokens = np.concatenate(parts)
+            if len(tokens) and int(tokens.max()) >= tok.vocab_size:
+                raise AssertionError(f"token {int(tokens.max())} >= vocab {tok.vocab_size}")
+            writers[split].write(tokens)
+
+
+def convert(args, tok, inputs, val_inputs, split_of, out_dir, version):
+    """Stream every input into the shard writers; returns the per-split info for meta.json."""
+    splits = ["train"] + (["val"] if val_inputs or args.val_fraction > 0 else [])
+    writers = {s: ShardWriter(out_dir, s, args.shard_tokens, version) for s in splits}
+    stats = {s: {"documents": 0, "chars": 0} for s in splits}
+    progress = Progress(sum(os.path.getsize(p) for p in inputs + val_inputs))
+    streams = [(inputs, split_of), (val_inputs, lambda i: "val")]
+    batch, size = [], 0
+    try:
+        for paths, route in streams:
+            for text, end, split in document_stream(paths, args.format, args.fields, tok.name != "bytes",
+                                                    route, on_file=progress.next_file):
+                batch.append((text, end, split))
+                size += len(text)
+                stats[split]["chars"] += len(text) + (len(end) if end and tok.eot is None else 0)
+                stats[split]["documents"] += end is not None
+                if size >= BATCH_CHARS:
+                    encode_and_write(tok, batch, writers)
+                    batch, size = [], 0
+                    progress.update(sum(w.tokens for w in writers.values()))
+        encode_and_write(tok, batch, writers)
+        progress.update(sum(w.tokens for w in writers.values()), final=True)
+    except BaseException:
+        for w in writers.values():
+            w.abandon()
+            for name in w.names:
+                os.remove(os.path.join(out_dir, name))
+        raise
+    return {s: {"tokens": writers[s].tokens, **stats[s], "shards": writers[s].close()} for s in splits}
+
+
+def main():
+    args = parse_args()
+    try:
+        inputs = expand_inputs(args.input)
+        val_inputs = expand_inputs(args.val_input) if args.val_input else []
+    except InputError as e:
+        fail(str(e))
     out_dir = args.out
-    request = request_of(args, source, val_source)
-
+    request = request_of(args, inputs, val_inputs)
     meta = None if args.force else up_to_date(out_dir, request)
     if meta is not None:
         for split, info in meta["splits"].items():
@@ -292,58 +332,47 @@ def main():
         return
 
     t_start = time.time()
-    text = read_text(source, args.input, args.tokenizer)
-    n_val = int(round(len(text) * args.val_fraction))
-    parts = {"train": text[:len(text) - n_val], "val": text[len(text) - n_val:]}
-    if val_source is not None:
-        parts["val"] = read_text(val_source, args.val_input, args.tokenizer)
-    elif args.val_fraction == 0.0:
-        del parts["val"]
-
-    t0 = time.time()
-    if args.tokenizer == "bytes":
-        tok = BytesTokenizer()
-    elif args.tokenizer == "bpe":
-        tok = BpeTokenizer(parts["train"], args.vocab_size)
-    else:
-        tok = Gpt2Tokenizer()
-    t_tokenizer = time.time() - t0
+    split_of = Splitter(args.val_fraction, args.split_seed)
+    try:
+        tok = make_tokenizer(args, inputs, split_of)
+    except tb.TokenizerError as e:
+        fail(str(e), code=1)
+    except InputError as e:
+        fail(str(e))
+    t_tokenizer = time.time() - t_start
 
     os.makedirs(out_dir, exist_ok=True)
     # Until meta.json is rewritten the outputs are incomplete; and a previous run may have written
     # more shards, or a val split this one does not have.
-    for pattern in ("meta.json", "tokenizer.json", "train_*.bin", "val_*.bin"):
+    for pattern in ("meta.json", "tokenizer.json", "train_*.bin", "val_*.bin", "*.tmp"):
         for stale in glob.glob(os.path.join(out_dir, pattern)):
             os.remove(stale)
     version = 1 if tok.vocab_size <= 65535 else 2
+    try:
+        splits = convert(args, tok, inputs, val_inputs, split_of, out_dir, version)
+    except InputError as e:
+        fail(str(e))
     meta = {"format": META_FORMAT, "request": request, "tokenizer": tok.name, "vocab_size": tok.vocab_size,
-            "source": source, "val_source": val_source, "val_fraction": args.val_fraction,
-            "token_version": version, "splits": {}}
+            **tok.describe(), "inputs": [os.path.abspath(p) for p in inputs],
+            "val_inputs": [os.path.abspath(p) for p in val_inputs],
+            "source": os.path.abspath(inputs[0]) if len(inputs) == 1 else None,
+            "val_fraction": args.val_fraction, "split_seed": args.split_seed,
+            "token_version": version, "splits": splits}
     if args.tokenizer == "bpe":
-        meta["bpe_trained_on"] = "train split"
-    lines = []
-    for split, part in parts.items():
-        t0 = time.time()
-        tokens = tok.encode(part)
-        assert len(tokens) == 0 or int(tokens.max()) < tok.vocab_size
-        names = []
-        for i, shard in enumerate(split_shards(tokens, args.shard_tokens)):
-            names.append(f"{split}_{i:06d}.bin")
-            write_shard(os.path.join(out_dir, names[-1]), shard, version)
-        info = {"tokens": int(len(tokens)), "chars": len(part), "shards": names}
-        meta["splits"][split] = info
-        lines.append(summary(out_dir, split, info, version, time.time() - t0))
-        if not names:
-            lines.append(f"prepare.py: warning: {split} split is empty; no {split} shard written")
+        meta["bpe_trained_on"] = f"the first {args.bpe_train_chars:,} chars of the train documents"
     write_decode_table(os.path.join(out_dir, "decode_table.bin"), tok.token_bytes())
     tok.save(out_dir)
     meta["seconds"] = {"tokenizer": round(t_tokenizer, 3), "total": round(time.time() - t_start, 3)}
     # meta.json last: its presence marks a complete output for the next run's up-to-date check.
-    write_atomically(os.path.join(out_dir, "meta.json"), [json.dumps(meta, indent=2).encode() + b"\n"])
-    for line in lines:
-        print(line)
-    print(f"prepare.py: {tok.name} tokenizer, vocab {tok.vocab_size}: {out_dir} written in "
-          f"{time.time() - t_start:.2f}s (tokenizer {t_tokenizer:.2f}s)")
+    with open(os.path.join(out_dir, "meta.json.tmp"), "w") as f:
+        f.write(json.dumps(meta, indent=2) + "\n")
+    os.replace(os.path.join(out_dir, "meta.json.tmp"), os.path.join(out_dir, "meta.json"))
+    for split, info in splits.items():
+        print(summary(out_dir, split, info, version, meta["seconds"]["total"]))
+        if not info["shards"]:
+            print(f"prepare.py: warning: {split} split is empty; no {split} shard written")
+    print(f"prepare.py: {tok.name} tokenizer, vocab {tok.vocab_size}, end-of-text id {tok.eot}: {out_dir} "
+          f"written in {time.time() - t_start:.2f}s (tokenizer {t_tokenizer:.2f}s)")
 
 
 if __name__ == "__main__":

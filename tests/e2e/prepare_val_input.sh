@@ -13,12 +13,12 @@ printf 'held out\n' >val.txt
 prepare() { python3 "$SRC/data/prepare.py" --input train.txt --val-input val.txt --out out --tokenizer bytes "$@"; }
 prepare >first.log 2>&1 || { cat first.log; fail "prepare.py --val-input failed"; }
 python3 - <<'PY'
-import json
+import json, os
 import numpy as np
 meta = json.load(open("out/meta.json"))
 train, val = meta["splits"]["train"], meta["splits"]["val"]
 assert train["tokens"] == 27 and val["tokens"] == 9, (train, val)  # the two files' bytes
-assert meta["request"]["val_source"].endswith("/val.txt"), meta["request"]
+assert [e["path"] for e in meta["request"]["val_inputs"]] == [os.path.abspath("val.txt")], meta["request"]
 for split, want in (("train", b"the train text\nsecond line\n"), ("val", b"held out\n")):
     tokens = np.fromfile(f"out/{split}_000000.bin", dtype="<u2", offset=256 * 4)  # after the header
     assert bytes(tokens.astype(np.uint8)) == want, (split, tokens)
