@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 lm1b=../shared/data/lm1b
 python3 data/prepare.py --input $lm1b/1b_benchmark.dev.tokens --val-input $lm1b/1b_benchmark.test.tokens \
-  --out data/lm1b-bpe4k --tokenizer bpe --vocab-size 4096
+  --format lines --out data/lm1b-bpe4k --tokenizer bpe --vocab-size 4096
 scripts/treatments.sh configs/smoe-lm1b-cpu.yaml bf16-mw fp8-mw-rtn fp8-naive-rtn fp8-naive-sr \
   fp8-eco-rtn fp8-eco-sr -- "$@"
 for t in bf16-mw fp8-eco-sr; do

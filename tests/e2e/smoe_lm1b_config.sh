@@ -16,7 +16,7 @@ if ! python3 -c "import numpy" 2>/dev/null; then
   exit 77
 fi
 python3 "$SRC/data/prepare.py" --input "$LM1B/1b_benchmark.dev.tokens" \
-  --val-input "$LM1B/1b_benchmark.test.tokens" --out lm1b --tokenizer bytes >prepare.log 2>&1 ||
+  --val-input "$LM1B/1b_benchmark.test.tokens" --format lines --out lm1b --tokenizer bytes >prepare.log 2>&1 ||
   { cat prepare.log; fail "prepare.py failed"; }
 "$ECO_TRAIN" "$SRC/configs/smoe-lm1b-cpu.yaml" --set data.train="$WORK/lm1b/train_*.bin" \
   --set data.val="$WORK/lm1b/val_*.bin" --set train.max_steps=3 --set train.log_interval=1 \
