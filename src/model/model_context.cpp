@@ -13,7 +13,7 @@ Tensor ModelContext::g(int i) const {
 
 Tensor norm_gain(const ModelContext& ctx, int i, int64_t n, int slot) {
   if (!ctx.cfg.norm_unit_offset) return ctx.w(i);
-  const Tensor gain = ctx.gain_scratch[slot].slice(0, {n});
+  const Tensor gain = (slot == 0 ? ctx.gain_scratch0 : ctx.gain_scratch1).slice(0, {n});
   ctx.be.residual_forward(gain, ctx.w(i), ctx.ones.slice(0, {n}), n);  // 1 + w
   return gain;
 }

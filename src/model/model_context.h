@@ -24,9 +24,9 @@ struct ModelContext {
   const ExpertParallel* ep = nullptr;
 
   // Gemma's norms scale by (1 + w) (ModelConfig::norm_unit_offset): norm_gain() writes 1 + w
-  // into one of these (max(d_model, head_dim) wide, from `ones` by residual_forward) for the
+  // into a gain scratch (max(d_model, head_dim) wide, from `ones` by residual_forward) for the
   // kernels, which take the gain itself. The gain's gradient is w's: d(1 + w)/dw = 1.
-  Tensor ones, gain_scratch[2];
+  Tensor ones = {}, gain_scratch0 = {}, gain_scratch1 = {};
 
   // Index into the parameter table; -1 when the family has no such parameter.
   int index(const std::string& name) const;
@@ -45,7 +45,7 @@ struct NormActs {
 };
 
 // The gain the norm kernels multiply by for norm weight i of n elements: w, or 1 + w written
-// into ctx.gain_scratch[slot] under norm_unit_offset (valid until that slot's next use).
+// into ctx.gain_scratch<slot> under norm_unit_offset (valid until that slot's next use).
 Tensor norm_gain(const ModelContext& ctx, int i, int64_t n, int slot = 0);
 
 // out = the family's norm of inp (LayerNorm or RMSNorm).

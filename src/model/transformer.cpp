@@ -65,18 +65,11 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   if (cfg.qk_norm) s.d_qkv_normed = ws("d_qkv_normed", {N, QKV});
   if (cfg.post_norms) s.d_post = ws("d_post", {N, C});
   s.d_atty = ws("d_atty", {N, A});
-  if (cfg.norm_unit_offset) {  // the (1 + w) gains (ModelContext::gain_scratch)
+  if (cfg.norm_unit_offset) {  // the (1 + w) gains (ModelContext::gain_scratch0, 1)
     const int64_t G = std::max(C, hd);
-    ctx_.ones = be_.alloc("norm_gain_ones", {G}, dt, MemCategory::Workspace);
-    const std::vector<double> ones(size_t(G), 1.0);
-    if (dt == DType::F64) {
-      be_.copy_from_host(ctx_.ones, ones.data());
-    } else {
-      ECO_ASSERT(dt == DType::F32, "norm_unit_offset: parameters of dtype {}", dtype_name(dt));
-      const std::vector<float> onesf(ones.begin(), ones.end());
-      be_.copy_from_host(ctx_.ones, onesf.data());
-    }
-    for (Tensor& g : ctx_.gain_scratch) g = be_.alloc("norm_gain", {G}, dt, MemCategory::Workspace);
+    ctx_.ones = be_.alloc("norm_gain_ones", {G}, dt, MemCategory::Workspace);  // filled by forward
+    ctx_.gain_scratch0 = be_.alloc("norm_gain0", {G}, dt, MemCategory::Workspace);
+    ctx_.gain_scratch1 = be_.alloc("norm_gain1", {G}, dt, MemCategory::Workspace);
   }
   // The dense MLPs' and the MoE shared experts' (model/dense_mlp.h) backward temporaries.
   const MoeConfig& moe = cfg.moe;
@@ -146,6 +139,17 @@ void Transformer::upload_tokens(const Tensor& dst, const int32_t* src, int B, in
 
 void Transformer::forward(int B, int T) {
   const int N = B * T, C = cfg_.d_model;
+  if (cfg_.norm_unit_offset && !ones_filled_) {  // here, not in the constructor: --plan's backend
+    const size_t G = size_t(ctx_.ones.numel());  // allocates no memory and runs nothing
+    if (ctx_.ones.dtype == DType::F64) {
+      be_.copy_from_host(ctx_.ones, std::vector<double>(G, 1.0).data());
+    } else {
+      ECO_ASSERT(ctx_.ones.dtype == DType::F32, "norm gains of dtype {}",
+                 dtype_name(ctx_.ones.dtype));
+      be_.copy_from_host(ctx_.ones, std::vector<float>(G, 1.0f).data());
+    }
+    ones_filled_ = true;
+  }
   be_.embedding_forward(encoded_, tokens_, ctx_.w(wte_), ctx_.w(wpe_), B, T, C);  // (N, C)
   if (cfg_.scale_embeddings) be_.scale_inplace(encoded_, embedding_scale(), int64_t(N) * C);
   Tensor x = encoded_;

@@ -88,6 +88,7 @@ class Transformer {
   double loss(int B, int T, float dloss_per_row, bool with_grad);
   void backward(int B, int T);  // from dlogits (in logits_) to grads_
   float embedding_scale() const;  // scale_embeddings: sqrt(d_model) as a float
+  bool ones_filled_ = false;      // norm_unit_offset: ctx_.ones holds ones
 
   ModelConfig cfg_;
   Backend& be_;
