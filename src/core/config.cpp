@@ -326,18 +326,6 @@ Config from_node(YAML::Node root, const std::string& origin) {
     if (!d.IsScalar()) usage_error("{}: key 'device' must be 'cpu' or 'cuda'", origin);
     c.device = parse_enum(kDeviceNames, d.Scalar(), origin, "device");
   }
-  // The CUDA backend runs plain multi-head attention and the gpt2 / llama blocks; gemma3's
-  // kernels (GQA, sliding window, QK-norm, GeGLU, the sandwich norms) are CPU-only so far.
-  if (c.device == Device::Cuda) {
-    const ModelConfig& m = c.model;
-    require(m.family != ModelFamily::Gemma3, origin, "model.family",
-            "gemma3 runs on device: cpu only (its CUDA kernels are not built yet)");
-    require(m.kv_heads() == m.n_head, origin, "model.n_kv_head",
-            "grouped-query attention (n_kv_head < n_head) runs on device: cpu only so far");
-    require(m.plain_attention(), origin, "model.head_dim",
-            "head_dim other than d_model / n_head, sliding_window and query_pre_attn_scalar run "
-            "on device: cpu only so far");
-  }
   // Expert parallelism (model/expert_parallel.h): rank e of an expert-parallel group owns
   // experts [e E / ep, (e + 1) E / ep) of every MoE layer.
   if (const ParallelConfig& p = c.parallel; p.ep > 1) {
@@ -386,6 +374,22 @@ bool ModelConfig::structure_matches_family() const {
          linear_bias == derived.linear_bias && post_norms == derived.post_norms &&
          qk_norm == derived.qk_norm && norm_unit_offset == derived.norm_unit_offset &&
          scale_embeddings == derived.scale_embeddings;
+}
+
+void require_device_runs_model(const Config& c) {
+  // The CUDA backend runs plain multi-head attention and the gpt2 / llama blocks; gemma3's
+  // kernels (GQA, sliding window, QK-norm, GeGLU, the sandwich norms) are CPU-only so far.
+  if (c.device != Device::Cuda) return;
+  const ModelConfig& m = c.model;
+  const std::string& origin = c.source_path;
+  require(m.family != ModelFamily::Gemma3, origin, "model.family",
+          "gemma3 runs on device: cpu only so far (its CUDA kernels are not built yet; --plan "
+          "plans it for cuda)");
+  require(m.kv_heads() == m.n_head, origin, "model.n_kv_head",
+          "grouped-query attention (n_kv_head < n_head) runs on device: cpu only so far");
+  require(m.plain_attention(), origin, "model.head_dim",
+          "head_dim other than d_model / n_head, sliding_window and query_pre_attn_scalar run on "
+          "device: cpu only so far");
 }
 
 int64_t Config::total_steps() const {

@@ -245,6 +245,11 @@ std::vector<std::string> trajectory_keys(const Config& cfg);
 // text) differs from `cfg`'s, as "optim.lr: 0.001 in the checkpoint, 0.003 now".
 std::vector<std::string> trajectory_differences(const std::string& saved_yaml, const Config& cfg);
 
+// A usage error naming the key when cfg.device cannot run cfg.model yet (cuda: gemma3, grouped-
+// query attention, own head_dim, sliding window). The trainer calls it before it makes the
+// backend; --plan does not, so that a gemma3 config plans with the CUDA layouts.
+void require_device_runs_model(const Config& cfg);
+
 // A Treatment serialises to JSON (nlohmann, found by argument-dependent lookup) as its name.
 template <class Json>
 void to_json(Json& j, const Treatment& t) {
