@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch float64 reference for ecotrain's CPU model: writes tests/fixtures/torch_reference_*.bin.
 
-The tiny GPT-2 and Llama models are written here from the math (no HF transformers), with the
+The tiny GPT-2, Llama and Gemma 3 models are written here from the math (no HF transformers), with the
 parameter names and layouts of src/model/param_table.cpp and the op conventions of
 kernels/cpu/kernels.h. For each family the fixture holds the config, every parameter, one batch
 (inputs, targets), the logits, the mean cross-entropy loss, every parameter gradient and the
@@ -13,7 +13,11 @@ gradients and the AdamW run are of cross-entropy + every layer's aux + z losses 
 counts n_i held constant), as ecotrain's backward adds them.
 tests/unit/test_torch_reference.cpp replays all of it on the CPU backend (f32 and f64).
 
-Usage: python tools/torch_reference.py [--out tests/fixtures] [--check-only]
+The Gemma 3 fixture (gemma3_forward) follows HF transformers' Gemma3ForCausalLM (sandwich
+(1 + w) RMSNorms, QK-norm, GQA, sliding-window layers with their own RoPE base, GeGLU, scaled
+tied embeddings, no soft-capping), written from the math here as well.
+
+Usage: python tools/torch_reference.py [--out tests/fixtures] [--check-only] [--families ...]
 
 Fixture format (little-endian), a sequence of records:
   [uint32 name_len][name bytes][uint32 dtype: 0=f32, 1=i32, 2=f64][uint32 ndim][int64 dims...]
@@ -56,14 +60,46 @@ FAMILIES = {
                              moe=dict(n_experts=4, top_k=2, expert_hidden=8, n_shared_experts=1,
                                       router="softmax_topk", aux_loss_coef=0.1,
                                       z_loss_coef=0.05)),
+    # Gemma 3 (gemma3_forward): 4 query heads sharing 2 key/value heads of 6 (head_dim is not
+    # d_model / n_head), layer 0 local (window 3 < seq 8, RoPE base 100), layer 1 global (base
+    # 10000), queries scaled by 5^-1/2, GeGLU, tied embeddings scaled by sqrt(16) = 4 (exact).
+    "gemma3": dict(COMMON, family="gemma3", mlp_hidden=24, tie_embeddings=True, seed=4242,
+                   n_head=4, n_kv_head=2, head_dim=6, sliding_window=3, sliding_window_pattern=2,
+                   rope_local_theta=100.0, query_pre_attn_scalar=5.0,
+                   norm_eps=float(np.float32(1e-6))),
 }
+FAMILY_IDS = {"gpt2": 0, "llama": 1, "gemma3": 2}  # ecotrain's ModelFamily values
 ROUTERS = {"topk_softmax": 0, "softmax_topk": 1}  # ecotrain's MoeRouter values
 OPTIM = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0, steps=10)
 
 
 # ---- parameters -------------------------------------------------------------------------------
+def gemma3_param_specs(cfg):
+    """Gemma 3's table (src/model/param_table.cpp): sandwich norms, QK-norm, GeGLU [gate | up],
+    fused qkv rows [q (NH heads) | k (KVH) | v (KVH)] x head_dim, tied embeddings."""
+    C, V, H, L = cfg["d_model"], cfg["vocab_size"], cfg["mlp_hidden"], cfg["n_layer"]
+    NH, KVH, hd = cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"]
+    specs = [("wte", (V, C), "matrix")]
+    for l in range(L):
+        p = f"h.{l}."
+        specs += [(p + "norm1.weight", (C,), "offset_gain"),
+                  (p + "attn.qkv.weight", ((NH + 2 * KVH) * hd, C), "matrix"),
+                  (p + "attn.q_norm.weight", (hd,), "offset_gain"),
+                  (p + "attn.k_norm.weight", (hd,), "offset_gain"),
+                  (p + "attn.proj.weight", (C, NH * hd), "matrix"),
+                  (p + "attn.post_norm.weight", (C,), "offset_gain"),
+                  (p + "norm2.weight", (C,), "offset_gain"),
+                  (p + "mlp.fc.weight", (2 * H, C), "matrix"),
+                  (p + "mlp.proj.weight", (C, H), "matrix"),
+                  (p + "mlp.post_norm.weight", (C,), "offset_gain")]
+    specs.append(("norm_f.weight", (C,), "offset_gain"))
+    return specs
+
+
 def param_specs(cfg):
     """(name, shape, kind) in ecotrain's table order; kind picks the random init."""
+    if cfg["family"] == "gemma3":
+        return gemma3_param_specs(cfg)
     C, V, H, L = cfg["d_model"], cfg["vocab_size"], cfg["mlp_hidden"], cfg["n_layer"]
     llama = cfg["family"] == "llama"
     specs = [("wte", (V, C), "matrix")]
@@ -120,6 +156,8 @@ def init_params(cfg, gen):
         z = torch.randn(shape, generator=gen)
         if kind == "gain":
             w = 1.0 + 0.1 * z
+        elif kind == "offset_gain":  # Gemma's norms scale by (1 + w)
+            w = 0.1 * z
         elif kind == "bias":
             w = 0.1 * z
         elif kind == "router":  # logits spread wide enough that no top-k choice is a close call
@@ -209,6 +247,8 @@ def moe_mlp(cfg, P, p, h, extras):
 
 def forward(cfg, P, inputs, extras=None):
     """inputs (B, T) int64 -> logits (B*T, V). MoE layers append to extras (see moe_mlp)."""
+    if cfg["family"] == "gemma3":
+        return gemma3_forward(cfg, P, inputs)
     B, T = inputs.shape
     C, NH, H = cfg["d_model"], cfg["n_head"], cfg["mlp_hidden"]
     hs, eps = C // NH, cfg["norm_eps"]
@@ -242,6 +282,57 @@ def forward(cfg, P, inputs, extras=None):
         x = x + linear(a, p + "mlp.proj")
     head = P["wte"] if cfg["tie_embeddings"] else P["lm_head.weight"]
     return (norm(x, "norm_f") @ head.T).reshape(B * T, -1)
+
+
+def gemma_rmsnorm(x, w, eps):
+    """Gemma's RMSNorm (HF Gemma3RMSNorm): x / rms(x) * (1 + w)."""
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * (1.0 + w)
+
+
+def window_attention(q, k, v, window, scale):
+    """q (B, NH, T, hs), k, v (B, NH, T, hs) (kv heads already repeated): causal, query t sees
+    keys (t - window, t] when window > 0 (HF: kv_idx > q_idx - sliding_window), scores * scale."""
+    T = q.shape[-2]
+    scores = q @ k.transpose(-1, -2) * scale
+    t = torch.arange(T)
+    mask = t[None, :] > t[:, None]
+    if window > 0:
+        mask = mask | (t[None, :] <= t[:, None] - window)
+    scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+def gemma3_forward(cfg, P, inputs):
+    """Gemma 3 (HF Gemma3ForCausalLM's math, no soft-capping): inputs (B, T) -> logits (B*T, V)."""
+    B, T = inputs.shape
+    C, NH, KVH, hd, H = (cfg["d_model"], cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"],
+                         cfg["mlp_hidden"])
+    eps, group = cfg["norm_eps"], NH // KVH
+    scale = cfg["query_pre_attn_scalar"] ** -0.5
+    x = P["wte"][inputs] * torch.tensor(C ** 0.5, dtype=P["wte"].dtype)  # (B, T, C)
+    for l in range(cfg["n_layer"]):
+        p = f"h.{l}."
+        local = (l + 1) % cfg["sliding_window_pattern"] != 0
+        theta = cfg["rope_local_theta"] if local else cfg["rope_theta"]
+        h = gemma_rmsnorm(x, P[p + "norm1.weight"], eps)
+        qkv = h @ P[p + "attn.qkv.weight"].T
+        q, k, v = qkv.split([NH * hd, KVH * hd, KVH * hd], -1)
+        q = q.reshape(B, T, NH, hd).transpose(1, 2)
+        k = k.reshape(B, T, KVH, hd).transpose(1, 2)
+        v = v.reshape(B, T, KVH, hd).transpose(1, 2)
+        q = gemma_rmsnorm(q, P[p + "attn.q_norm.weight"], eps)
+        k = gemma_rmsnorm(k, P[p + "attn.k_norm.weight"], eps)
+        q, k = rope(q, theta), rope(k, theta)
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        y = window_attention(q, k, v, cfg["sliding_window"] if local else 0, scale)
+        y = y.transpose(1, 2).reshape(B, T, NH * hd) @ P[p + "attn.proj.weight"].T
+        x = x + gemma_rmsnorm(y, P[p + "attn.post_norm.weight"], eps)
+        f = gemma_rmsnorm(x, P[p + "norm2.weight"], eps) @ P[p + "mlp.fc.weight"].T
+        a = gelu_tanh(f[..., :H]) * f[..., H:]
+        m = a @ P[p + "mlp.proj.weight"].T
+        x = x + gemma_rmsnorm(m, P[p + "mlp.post_norm.weight"], eps)
+    x = gemma_rmsnorm(x, P["norm_f.weight"], eps)
+    return (x @ P["wte"].T).reshape(B * T, -1)
 
 
 # ---- self-checks against independent formulations -------------------------------------------
@@ -284,6 +375,14 @@ def self_check():
         "rmsnorm vs formula": (rmsnorm(h, w, 1e-5),
                                h / torch.sqrt((h ** 2).mean(-1, keepdim=True) + 1e-5) * w),
         "gelu vs F.gelu(tanh)": (gelu_tanh(h), F.gelu(h, approximate="tanh")),
+        "window 0 attention vs causal": (window_attention(q, k, v, 0, 6 ** -0.5),
+                                         causal_attention(q, k, v)),
+        "window attention vs sdpa mask": (
+            window_attention(q, k, v, 3, 0.3),
+            F.scaled_dot_product_attention(
+                q, k, v, scale=0.3,
+                attn_mask=(torch.arange(8)[None, :] <= torch.arange(8)[:, None]) &
+                          (torch.arange(8)[None, :] > torch.arange(8)[:, None] - 3))),
     }
     for name, (a, ref) in checks.items():
         err = ((a - ref).norm() / ref.norm()).item()
@@ -370,6 +469,12 @@ def reference(cfg):
     for key in ints:
         records.append((f"config.{key}", np.int32(cfg[key])))
     records.append(("config.is_llama", np.int32(cfg["family"] == "llama")))
+    if cfg["family"] == "gemma3":  # the family by id, and its attention keys
+        records.append(("config.family", np.int32(FAMILY_IDS[cfg["family"]])))
+        for key in ["n_kv_head", "head_dim", "sliding_window", "sliding_window_pattern"]:
+            records.append((f"config.{key}", np.int32(cfg[key])))
+        for key in ["rope_local_theta", "query_pre_attn_scalar"]:
+            records.append((f"config.{key}", np.float64(cfg[key])))
     records.append(("config.tie_embeddings", np.int32(cfg["tie_embeddings"])))
     records.append(("config.batch", np.int32(BATCH)))
     if "moe" in cfg:
@@ -433,13 +538,16 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests",
                                                   "fixtures"))
     ap.add_argument("--check-only", action="store_true", help="run the self-checks only")
+    ap.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES),
+                    help="write only these fixtures (default: all)")
     args = ap.parse_args()
     print(f"torch {torch.__version__}")
     self_check()
     if args.check_only:
         return
     os.makedirs(args.out, exist_ok=True)
-    for family, cfg in FAMILIES.items():
+    for family in args.families:
+        cfg = FAMILIES[family]
         records = reference(dict(cfg, name=family))
         path = os.path.join(args.out, f"torch_reference_{family}.bin")
         write_fixture(path, records)

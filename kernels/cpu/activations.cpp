@@ -1,4 +1,4 @@
-// Element-wise MLP activations (GELU-tanh, SwiGLU), single pass each, over the scalar math in
+// Element-wise MLP activations (GELU-tanh, SwiGLU, GeGLU), single pass each, over the scalar math in
 // kernels/common/activations.h shared with the CUDA backend.
 // GELU's float loops use tanh_simd instead of libm's scalar tanhf so that they vectorize.
 #include "kernels/common/activations.h"
@@ -60,6 +60,38 @@ void swiglu_backward(T* dinp, const T* dout, const T* inp, int N, int H) {
   }
 }
 
+template <class T>
+void geglu_forward(T* out, const T* inp, int N, int H) {
+  // inp (N, 2H) = [gate | up] per row; out (N, H).
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const T* gate = inp + int64_t(n) * 2 * H;
+    const T* up = gate + H;
+    T* o = out + int64_t(n) * H;
+    for (int j = 0; j < H; j++) o[j] = gelu_tanh(gate[j], CpuTanh{}) * up[j];
+  }
+}
+
+template <class T>
+void geglu_backward(T* dinp, const T* dout, const T* inp, int N, int H) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const T* gate = inp + int64_t(n) * 2 * H;
+    const T* up = gate + H;
+    T* dgate = dinp + int64_t(n) * 2 * H;
+    T* dup = dgate + H;
+    const T* d = dout + int64_t(n) * H;
+    for (int j = 0; j < H; j++) {
+      dgate[j] += gelu_tanh_grad(gate[j], CpuTanh{}) * up[j] * d[j];
+      dup[j] += gelu_tanh(gate[j], CpuTanh{}) * d[j];
+    }
+  }
+}
+
+template void geglu_forward<float>(float*, const float*, int, int);
+template void geglu_forward<double>(double*, const double*, int, int);
+template void geglu_backward<float>(float*, const float*, const float*, int, int);
+template void geglu_backward<double>(double*, const double*, const double*, int, int);
 template void gelu_forward<float>(float*, const float*, int64_t);
 template void gelu_forward<double>(double*, const double*, int64_t);
 template void gelu_backward<float>(float*, const float*, const float*, int64_t);

@@ -157,6 +157,56 @@ class CpuBackend : public Backend {
     ECO_CPU_OP("swiglu_backward");
     cpu::swiglu_backward(p(dinp), p(dout), p(inp), N, H);
   }
+  void attention_forward_gqa(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
+                             int Tn, const AttentionShape& a) override {
+    ECO_CPU_OP("attention_forward");
+    cpu::attention_forward_gqa(p(out), p(att_state), p(qkv), B, Tn, a.NH, a.KVH, a.hd, a.window,
+                               a.q_scalar);
+  }
+  void attention_backward_gqa(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
+                              const Tensor& qkv, const Tensor& /*out*/, const Tensor& att_state,
+                              int B, int Tn, const AttentionShape& a) override {
+    ECO_CPU_OP("attention_backward");
+    cpu::attention_backward_gqa(p(dqkv), p(scratch), p(dout), p(qkv), p(att_state), B, Tn, a.NH,
+                                a.KVH, a.hd, a.window, a.q_scalar);
+  }
+  void rope_forward_gqa(const Tensor& out, const Tensor& inp, int B, int Tn, int NH, int KVH,
+                        int hd, float theta) override {
+    ECO_CPU_OP("rope_forward");
+    cpu::rope_forward_gqa(p(out), p(inp), B, Tn, NH, KVH, hd, theta);
+  }
+  void rope_backward_gqa(const Tensor& dinp, const Tensor& dout, int B, int Tn, int NH, int KVH,
+                         int hd, float theta) override {
+    ECO_CPU_OP("rope_backward");
+    cpu::rope_backward_gqa(p(dinp), p(dout), B, Tn, NH, KVH, hd, theta);
+  }
+  void qk_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp,
+                          const Tensor& wq, const Tensor& wk, int N, int NH, int KVH, int hd,
+                          float eps) override {
+    ECO_CPU_OP("qk_rmsnorm_forward");
+    cpu::qk_rmsnorm_forward(p(out), p(rstd), p(inp), p(wq), p(wk), N, NH, KVH, hd, eps);
+  }
+  void qk_rmsnorm_backward(const Tensor& dinp, const Tensor& dwq, const Tensor& dwk,
+                           const Tensor& dout, const Tensor& inp, const Tensor& wq,
+                           const Tensor& wk, const Tensor& rstd, int N, int NH, int KVH,
+                           int hd) override {
+    ECO_CPU_OP("qk_rmsnorm_backward");
+    cpu::qk_rmsnorm_backward(p(dinp), p(dwq), p(dwk), p(dout), p(inp), p(wq), p(wk), p(rstd), N,
+                             NH, KVH, hd);
+  }
+  void geglu_forward(const Tensor& out, const Tensor& inp, int N, int H) override {
+    ECO_CPU_OP("geglu_forward");
+    cpu::geglu_forward(p(out), p(inp), N, H);
+  }
+  void geglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
+                      int H) override {
+    ECO_CPU_OP("geglu_backward");
+    cpu::geglu_backward(p(dinp), p(dout), p(inp), N, H);
+  }
+  void scale_inplace(const Tensor& x, float s, int64_t n) override {
+    ECO_CPU_OP("scale_inplace");
+    cpu::scale_inplace(p(x), s, n);
+  }
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, int64_t n) override {
     ECO_CPU_OP("residual_forward");
     cpu::residual_forward(p(out), p(a), p(b), n);

@@ -51,6 +51,17 @@ template <class T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
                       const T* rstd, int N, int C);
 
+// QK-norm: RMSNorm over each hd-wide head of the q (NH heads) and k (KVH heads) parts of
+// qkv rows (N, QKV = (NH + 2 KVH) hd), gains wq (hd) and wk (hd); v is copied. rstd (N,
+// NH + KVH) saved. Each head is rmsnorm_forward's row. out and inp must not alias.
+template <class T>
+void qk_rmsnorm_forward(T* out, T* rstd, const T* inp, const T* wq, const T* wk, int N, int NH,
+                        int KVH, int hd, float eps);
+// dinp (N, QKV) += gradient (v's passes through); dwq, dwk (hd) += gain gradients.
+template <class T>
+void qk_rmsnorm_backward(T* dinp, T* dwq, T* dwk, const T* dout, const T* inp, const T* wq,
+                         const T* wk, const T* rstd, int N, int NH, int KVH, int hd);
+
 // ---- rotary position embedding --------------------------------------------------------------
 // qkv (B, Tn, 3C) with q = [0, C), k = [C, 2C), v = [2C, 3C); head h owns [h*hs, (h+1)*hs) of
 // each. RoPE rotates q and k of every head, HF/Llama "rotate_half" pairing: (i, i + hs/2) for
@@ -60,6 +71,13 @@ void rope_forward(T* out, const T* inp, int B, int Tn, int C, int NH, float thet
 // dinp += R^T dout (the rotation's transpose); v's gradient passes through.
 template <class T>
 void rope_backward(T* dinp, const T* dout, int B, int Tn, int C, int NH, float theta);
+// The same over grouped-query rows (B, Tn, (NH + 2 KVH) hs): q = NH heads from 0, k = KVH heads
+// from NH hs, v = KVH heads from (NH + KVH) hs. rope_forward is the case KVH = NH, hs = C / NH.
+template <class T>
+void rope_forward_gqa(T* out, const T* inp, int B, int Tn, int NH, int KVH, int hs, float theta);
+template <class T>
+void rope_backward_gqa(T* dinp, const T* dout, int B, int Tn, int NH, int KVH, int hs,
+                       float theta);
 
 // ---- attention ------------------------------------------------------------------------------
 // Causal multi-head self-attention with scale 1/sqrt(hs).
@@ -71,6 +89,19 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 template <class T>
 void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
                         int Tn, int C, int NH);
+// Grouped-query, sliding-window causal attention (model/backend.h, AttentionShape):
+// qkv (B, Tn, (NH + 2 KVH) hs) -> out (B, Tn, NH hs); query head h reads kv head
+// h / (NH / KVH); window > 0: query t sees keys (t - window, t]; scores scaled by
+// q_scalar^-1/2. att (B, NH, Tn, Tn) keeps the probabilities (zeros outside the window).
+// attention_forward is the case KVH = NH, hs = C / NH, window 0, q_scalar hs (same bits).
+template <class T>
+void attention_forward_gqa(T* out, T* att, const T* qkv, int B, int Tn, int NH, int KVH, int hs,
+                           int window, float q_scalar);
+// dqkv += gradient. A kv head's gradient sums its group's query heads in head order, one
+// (b, kv head) per thread: deterministic for any thread count.
+template <class T>
+void attention_backward_gqa(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
+                            int Tn, int NH, int KVH, int hs, int window, float q_scalar);
 
 // ---- MLP activations ------------------------------------------------------------------------
 // out (n) = gelu_tanh(inp); dinp += gelu_tanh'(inp) * dout.
@@ -83,6 +114,11 @@ template <class T>
 void swiglu_forward(T* out, const T* inp, int N, int H);
 template <class T>
 void swiglu_backward(T* dinp, const T* dout, const T* inp, int N, int H);
+// GeGLU (Gemma): as SwiGLU with gelu_tanh for silu: out (N, H) = gelu_tanh(gate) * up.
+template <class T>
+void geglu_forward(T* out, const T* inp, int N, int H);
+template <class T>
+void geglu_backward(T* dinp, const T* dout, const T* inp, int N, int H);
 
 // ---- residual -------------------------------------------------------------------------------
 // out (n) = a + b. (Its backward is an accumulate of dout into both inputs: see accumulate.)

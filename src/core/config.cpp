@@ -58,6 +58,23 @@ void apply_override(YAML::Node& root, const std::string& kv) {
 // The logical cores of this machine (at least 1), for the bound on train.threads.
 int64_t machine_cores() { return std::max<int64_t>(1, std::thread::hardware_concurrency()); }
 
+// The attention keys of the resolved config (to_yaml, model_fingerprint) as text: all of them
+// for gemma3; for the other families only those set away from today's behaviour.
+std::vector<std::pair<std::string, std::string>> attention_keys(const ModelConfig& m) {
+  const bool all = m.family == ModelFamily::Gemma3;
+  std::vector<std::pair<std::string, std::string>> out;
+  if (all || m.kv_heads() != m.n_head) out.emplace_back("n_kv_head", fmt::format("{}", m.kv_heads()));
+  if (all || m.head_dim_override > 0) out.emplace_back("head_dim", fmt::format("{}", m.head_dim()));
+  if (all || m.sliding_window > 0) {
+    out.emplace_back("sliding_window", fmt::format("{}", m.sliding_window));
+    out.emplace_back("sliding_window_pattern", fmt::format("{}", m.sliding_window_pattern));
+    out.emplace_back("rope_local_theta", fmt::format("{}", m.rope_local_theta));
+  }
+  if (all || m.query_pre_attn_scalar > 0)
+    out.emplace_back("query_pre_attn_scalar", fmt::format("{}", m.query_scalar()));
+  return out;
+}
+
 Config from_node(YAML::Node root, const std::string& origin) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) usage_error("{}: the top level must be a mapping of sections", origin);
@@ -85,6 +102,7 @@ Config from_node(YAML::Node root, const std::string& origin) {
     auto& m = c.model;
     r.get_enum("family", m.family, kFamilyNames);
     m.set_family(m.family);
+    const bool gemma3 = m.family == ModelFamily::Gemma3;
     r.get("n_layer", m.n_layer);
     r.get("n_head", m.n_head);
     r.get("d_model", m.d_model);
@@ -94,18 +112,53 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("max_seq_len", m.max_seq_len);
     m.tie_embeddings = m.family != ModelFamily::Llama;
     r.get("tie_embeddings", m.tie_embeddings);
+    if (gemma3) {
+      // Gemma 3's defaults (HF Gemma3TextConfig): global base 1e6, local 1e4, window 512.
+      m.rope_theta = 1e6f;
+      m.norm_eps = 1e-6f;
+      m.sliding_window = 512;
+    }
     r.get("rope_theta", m.rope_theta);
     r.get("norm_eps", m.norm_eps);
+    r.get("n_kv_head", m.n_kv_head);
+    r.get("head_dim", m.head_dim_override);
+    r.get("sliding_window", m.sliding_window);
+    r.get("sliding_window_pattern", m.sliding_window_pattern);
+    r.get("rope_local_theta", m.rope_local_theta);
+    r.get("query_pre_attn_scalar", m.query_pre_attn_scalar);
     read_moe_config(r, m, origin);
     r.finish();
     using L = ConfigLimits;
     require_range(m.n_layer, 1, L::kMaxLayers, origin, "model.n_layer");
     require_range(m.n_head, 1, L::kMaxHeads, origin, "model.n_head");
     require_range(m.d_model, 1, L::kMaxDModel, origin, "model.d_model");
-    require(m.d_model % m.n_head == 0, origin, "model.d_model",
-            fmt::format("d_model {} is not divisible by n_head {}", m.d_model, m.n_head));
-    require(m.positions != PositionKind::Rope || m.head_dim() % 2 == 0, origin, "model.d_model",
-            fmt::format("RoPE needs an even head dimension, d_model/n_head = {}", m.head_dim()));
+    require_range(m.n_kv_head, 0, m.n_head, origin, "model.n_kv_head", " (0 = n_head)");
+    require(m.n_head % m.kv_heads() == 0, origin, "model.n_kv_head",
+            fmt::format("n_head {} is not divisible by n_kv_head {} (each key/value head serves "
+                        "an equal group of query heads)",
+                        m.n_head, m.kv_heads()));
+    require_range(m.head_dim_override, 0, L::kMaxDModel, origin, "model.head_dim",
+                  " (0 = d_model / n_head)");
+    if (m.head_dim_override == 0)
+      require(m.d_model % m.n_head == 0, origin, "model.d_model",
+              fmt::format("d_model {} is not divisible by n_head {} (or set model.head_dim)",
+                          m.d_model, m.n_head));
+    require(m.positions != PositionKind::Rope || m.head_dim() % 2 == 0, origin,
+            m.head_dim_override > 0 ? "model.head_dim" : "model.d_model",
+            fmt::format("RoPE needs an even head dimension, got {}", m.head_dim()));
+    require(m.attn_width() <= L::kMaxDModel * 16, origin, "model.head_dim",
+            fmt::format("n_head x head_dim = {} is too large", m.attn_width()));
+    require_range(m.sliding_window, 0, L::kMaxSeqLen, origin, "model.sliding_window",
+                  " (0 = no window)");
+    require_range(m.sliding_window_pattern, 1, L::kMaxLayers, origin,
+                  "model.sliding_window_pattern");
+    require_finite(m.rope_local_theta, 1, 1e12, origin, "model.rope_local_theta");
+    require(m.query_pre_attn_scalar == 0 ||
+                (std::isfinite(m.query_pre_attn_scalar) && m.query_pre_attn_scalar > 0 &&
+                 m.query_pre_attn_scalar <= 1e9),
+            origin, "model.query_pre_attn_scalar",
+            fmt::format("must be 0 (head_dim) or a finite number in (0, 1e9], got {}",
+                        m.query_pre_attn_scalar));
     require_range(m.vocab_size, 2, L::kMaxVocab, origin, "model.vocab_size");
     require_range(m.seq_len, 1, L::kMaxSeqLen, origin, "model.seq_len");
     require_range(m.max_seq_len, 0, L::kMaxSeqLen, origin, "model.max_seq_len",
@@ -119,7 +172,9 @@ Config from_node(YAML::Node root, const std::string& origin) {
     if (m.mlp_hidden == 0) {
       // In 64 bits: d_model <= 2^20 keeps 4 d and 8 d / 3 well inside int.
       const int64_t d = m.d_model;
-      m.mlp_hidden = int(m.mlp == MlpKind::Swiglu ? (8 * d / 3 + 255) / 256 * 256 : 4 * d);
+      m.mlp_hidden = int(m.mlp == MlpKind::Swiglu ? (8 * d / 3 + 255) / 256 * 256
+                         : m.mlp == MlpKind::Geglu ? 6 * d  // Gemma 3 1B: 6912 = 6 x 1152
+                                                   : 4 * d);
     }
     require_finite(m.rope_theta, 1, 1e12, origin, "model.rope_theta");
     require(m.norm_eps > 0 && m.norm_eps <= 1, origin, "model.norm_eps",
@@ -152,6 +207,7 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("warmup_frac", o.warmup_frac);
     r.get_enum("schedule", o.schedule, kScheduleNames);
     r.get("final_lr_frac", o.final_lr_frac);
+    r.get("warmup_start_lr", o.warmup_start_lr);
     r.get_enum("state_dtype", o.state_dtype, kStateDTypeNames);
     r.finish();
     require(o.lr > 0 && o.lr <= 10, origin, "optim.lr",
@@ -174,6 +230,9 @@ Config from_node(YAML::Node root, const std::string& origin) {
     require(!(o.warmup_steps > 0 && o.warmup_frac > 0), origin, "optim.warmup_frac",
             "set either warmup_steps or warmup_frac, not both");
     require_finite(o.final_lr_frac, 0, 1, origin, "optim.final_lr_frac");
+    require(std::isfinite(o.warmup_start_lr) && o.warmup_start_lr >= 0 && o.warmup_start_lr <= o.lr,
+            origin, "optim.warmup_start_lr",
+            fmt::format("must be in [0, optim.lr = {}], got {}", o.lr, o.warmup_start_lr));
   }
   {
     SectionReader r(root["train"], "train", origin);
@@ -300,18 +359,37 @@ const char* enum_name(Device v) { return kDeviceNames(v); }
 
 void ModelConfig::set_family(ModelFamily f) {
   family = f;
-  const bool gpt2 = f == ModelFamily::Gpt2;
+  const bool gpt2 = f == ModelFamily::Gpt2, gemma3 = f == ModelFamily::Gemma3;
   norm = gpt2 ? NormKind::LayerNorm : NormKind::RmsNorm;
-  mlp = gpt2 ? MlpKind::Gelu : MlpKind::Swiglu;
+  mlp = gpt2 ? MlpKind::Gelu : gemma3 ? MlpKind::Geglu : MlpKind::Swiglu;
   positions = gpt2 ? PositionKind::Learned : PositionKind::Rope;
   linear_bias = gpt2;
+  post_norms = qk_norm = norm_unit_offset = scale_embeddings = gemma3;
 }
 
 bool ModelConfig::structure_matches_family() const {
   ModelConfig derived;
   derived.set_family(family);
   return norm == derived.norm && mlp == derived.mlp && positions == derived.positions &&
-         linear_bias == derived.linear_bias;
+         linear_bias == derived.linear_bias && post_norms == derived.post_norms &&
+         qk_norm == derived.qk_norm && norm_unit_offset == derived.norm_unit_offset &&
+         scale_embeddings == derived.scale_embeddings;
+}
+
+void require_device_runs_model(const Config& c) {
+  // The CUDA backend runs plain multi-head attention and the gpt2 / llama blocks; gemma3's
+  // kernels (GQA, sliding window, QK-norm, GeGLU, the sandwich norms) are CPU-only so far.
+  if (c.device != Device::Cuda) return;
+  const ModelConfig& m = c.model;
+  const std::string& origin = c.source_path;
+  require(m.family != ModelFamily::Gemma3, origin, "model.family",
+          "gemma3 runs on device: cpu only so far (its CUDA kernels are not built yet; --plan "
+          "plans it for cuda)");
+  require(m.kv_heads() == m.n_head, origin, "model.n_kv_head",
+          "grouped-query attention (n_kv_head < n_head) runs on device: cpu only so far");
+  require(m.plain_attention(), origin, "model.head_dim",
+          "head_dim other than d_model / n_head, sliding_window and query_pre_attn_scalar run on "
+          "device: cpu only so far");
 }
 
 int64_t Config::total_steps() const {
@@ -364,6 +442,10 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "tie_embeddings" << YAML::Value << c.model.tie_embeddings;
   e << YAML::Key << "rope_theta" << YAML::Value << c.model.rope_theta;
   e << YAML::Key << "norm_eps" << YAML::Value << c.model.norm_eps;
+  // The attention keys only where they are not today's defaults (or for gemma3), so that the
+  // resolved config of an existing run stays byte for byte (it is part of the checkpoint).
+  for (const auto& [key, value] : attention_keys(c.model))
+    e << YAML::Key << key << YAML::Value << value;
   if (c.model.moe.enabled()) write_moe_yaml(e, c.model.moe);
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
@@ -385,6 +467,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "warmup_frac" << YAML::Value << c.optim.warmup_frac;
   e << YAML::Key << "schedule" << YAML::Value << enum_name(c.optim.schedule);
   e << YAML::Key << "final_lr_frac" << YAML::Value << c.optim.final_lr_frac;
+  if (c.optim.warmup_start_lr > 0)  // only when set, as the attention keys above
+    e << YAML::Key << "warmup_start_lr" << YAML::Value << c.optim.warmup_start_lr;
   e << YAML::Key << "state_dtype" << YAML::Value << enum_name(c.optim.state_dtype);
   e << YAML::EndMap;
   e << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
@@ -438,6 +522,11 @@ std::string model_fingerprint(const Config& c) {
   const auto& m = c.model;
   // The quantization scope only when it is not the default, so that checkpoints written before
   // the key existed (and default runs since) keep their fingerprint.
+  // The attention shape as attention_keys writes it (nothing for today's llama and gpt2
+  // defaults: their checkpoints keep their fingerprint); rope_local_theta is a trajectory key.
+  std::string attention;
+  for (const auto& [key, value] : attention_keys(m))
+    if (key != "rope_local_theta") attention += fmt::format(" {}={}", key, value);
   const std::string scope = c.precision.quantize == QuantizeScope::Blocks
                                 ? std::string()
                                 : fmt::format(" quantize={}", enum_name(c.precision.quantize));
@@ -447,7 +536,7 @@ std::string model_fingerprint(const Config& c) {
       enum_name(m.family), m.n_layer, m.n_head, m.d_model, m.mlp_hidden, m.vocab_size,
       m.max_seq_len, m.tie_embeddings, c.precision.treatment.name, enum_name(c.optim.name),
       enum_name(c.optim.state_dtype)) + scope +
-         (m.moe.enabled() ? moe_fingerprint(m.moe) : std::string());
+         (m.moe.enabled() ? moe_fingerprint(m.moe) : std::string()) + attention;
 }
 
 std::vector<std::string> trajectory_keys(const Config& c) {
@@ -456,7 +545,7 @@ std::vector<std::string> trajectory_keys(const Config& c) {
       "data.shuffle",       "optim.lr",           "optim.beta1",        "optim.beta2",
       "optim.eps",          "optim.weight_decay", "optim.grad_clip",    "optim.warmup_steps",
       "optim.warmup_frac",  "optim.schedule",     "optim.final_lr_frac", "train.batch_size",
-      "train.seed"};
+      "train.seed",         "optim.warmup_start_lr", "model.rope_local_theta"};
   // The run's length shapes the lr schedule unless it is constant without a warmup fraction.
   if (c.optim.schedule != LrSchedule::Constant || c.optim.warmup_frac > 0) {
     keys.push_back("train.max_steps");

@@ -16,11 +16,13 @@
 
 namespace eco {
 
-enum class ModelFamily : uint8_t { Gpt2, Llama };
+enum class ModelFamily : uint8_t { Gpt2, Llama, Gemma3 };
 // A family's block structure: which norm, which MLP, how positions enter, whether the block
 // linears have biases (ModelConfig::set_family derives them).
 enum class NormKind : uint8_t { LayerNorm, RmsNorm };  // LayerNorm: gain and bias; RmsNorm: gain
-enum class MlpKind : uint8_t { Gelu, Swiglu };         // Swiglu: fc is gate and up, (2H, C)
+// Swiglu, Geglu: fc is gate and up, (2H, C); act = silu(gate) * up | gelu_tanh(gate) * up.
+enum class MlpKind : uint8_t { Gelu, Swiglu, Geglu };
+inline bool mlp_gated(MlpKind k) { return k != MlpKind::Gelu; }
 enum class PositionKind : uint8_t { Learned, Rope };   // Learned: a wpe table; Rope: rotary q, k
 enum class OptimizerKind : uint8_t { AdamW, Sgdm };
 enum class LrSchedule : uint8_t { Cosine, Linear, Constant };
@@ -31,7 +33,7 @@ enum class DataSource : uint8_t { Shards, Synthetic };
 enum class QuantizeScope : uint8_t { Blocks, Experts };
 
 // The config name of each value ("gpt2", "adamw", "cosine", ...; structure kinds: "layernorm",
-// "rmsnorm", "gelu", "swiglu", "learned", "rope").
+// "rmsnorm", "gelu", "swiglu", "geglu", "learned", "rope").
 const char* enum_name(ModelFamily v);
 const char* enum_name(NormKind v);
 const char* enum_name(MlpKind v);
@@ -83,16 +85,53 @@ struct ModelConfig {
   int seq_len = 64;        // training context
   int max_seq_len = 0;     // position table size (gpt2) / RoPE limit; 0 -> seq_len
   bool tie_embeddings = true;  // default depends on family (gpt2 tied, llama untied)
-  float rope_theta = 10000.0f;
+  float rope_theta = 10000.0f;   // gemma3: the global layers' base (1e6)
   float norm_eps = 1e-5f;
   MoeConfig moe;  // model.moe; n_experts 0 (the default): dense
+  // Attention shape (any family; gemma3 needs them). Grouped-query attention: n_kv_head key/value
+  // heads, each shared by n_head / n_kv_head query heads; 0: n_head (multi-head attention).
+  int n_kv_head = 0;
+  int head_dim_override = 0;  // model.head_dim; 0: d_model / n_head
+  // Sliding-window causal attention: query t sees keys (t - sliding_window, t] in the local
+  // layers, which are every layer l with (l + 1) % sliding_window_pattern != 0 (Gemma 3: 5 of
+  // every 6); the others are global (plain causal). 0: no window, every layer global.
+  int sliding_window = 0;
+  int sliding_window_pattern = 6;
+  float rope_local_theta = 10000.0f;  // the RoPE base of the local layers
+  // Queries are scaled by query_pre_attn_scalar^-0.5; 0: head_dim (the usual 1/sqrt(head_dim)).
+  float query_pre_attn_scalar = 0.0f;
+  // Structure flags set_family derives (gemma3: all true).
+  bool post_norms = false;        // RMSNorm after attention and after the MLP, before the residual
+  bool qk_norm = false;           // RMSNorm over head_dim of every q and k head, before RoPE
+  bool norm_unit_offset = false;  // norms scale by (1 + w), w initialised to 0 (Gemma)
+  bool scale_embeddings = false;  // token embeddings times sqrt(d_model) after the lookup
 
-  int head_dim() const { return d_model / n_head; }
+  int head_dim() const { return head_dim_override > 0 ? head_dim_override : d_model / n_head; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  // Width of the attention output (the proj linear's input): n_head x head_dim.
+  int64_t attn_width() const { return int64_t(n_head) * head_dim(); }
+  // Rows of the fused qkv linear: [q (n_head heads) | k (kv heads) | v (kv heads)] x head_dim.
+  int64_t qkv_rows() const { return int64_t(n_head + 2 * kv_heads()) * head_dim(); }
+  // Whether layer l attends within the sliding window (a local layer).
+  bool layer_is_local(int l) const {
+    return sliding_window > 0 && (l + 1) % sliding_window_pattern != 0;
+  }
+  float layer_rope_theta(int l) const { return layer_is_local(l) ? rope_local_theta : rope_theta; }
+  float query_scalar() const {
+    return query_pre_attn_scalar > 0 ? query_pre_attn_scalar : float(head_dim());
+  }
+  // Whether the attention is plain multi-head attention over d_model (no GQA, no own head_dim,
+  // no window, the usual scale): what the CUDA backend runs today.
+  bool plain_attention() const {
+    return kv_heads() == n_head && head_dim() * n_head == d_model && sliding_window == 0 &&
+           query_scalar() == float(head_dim());
+  }
   bool norm_bias() const { return norm == NormKind::LayerNorm; }
-  // Rows of the MLP's first linear: H, or 2H for SwiGLU's gate and up projections.
-  int64_t fc_rows() const { return mlp == MlpKind::Swiglu ? 2 * int64_t(mlp_hidden) : mlp_hidden; }
+  // Rows of the MLP's first linear: H, or 2H for the gated MLPs' gate and up projections.
+  int64_t fc_rows() const { return mlp_gated(mlp) ? 2 * int64_t(mlp_hidden) : mlp_hidden; }
   // Sets the family and its structure: gpt2: LayerNorm, GELU, learned positions, biases;
-  // llama: RMSNorm, SwiGLU, RoPE, no biases.
+  // llama: RMSNorm, SwiGLU, RoPE, no biases; gemma3: RMSNorm (1 + w) before and after attention
+  // and MLP, QK-norm, GeGLU, RoPE, no biases, embeddings scaled by sqrt(d_model).
   void set_family(ModelFamily f);
   // Whether the structure is the family's (what set_family would set).
   bool structure_matches_family() const;
@@ -118,6 +157,7 @@ struct OptimConfig {
   double warmup_frac = 0.0;
   LrSchedule schedule = LrSchedule::Cosine;
   double final_lr_frac = 0.1;       // lr at the end of the decay, as a fraction of lr
+  double warmup_start_lr = 0.0;     // the warmup rises linearly from this to lr
   StateDType state_dtype = StateDType::Fp32;  // optimizer moments of quantized parameters
 };
 
@@ -204,6 +244,11 @@ std::vector<std::string> trajectory_keys(const Config& cfg);
 // Each trajectory key whose value in `saved_yaml` (a checkpoint's resolved config, to_yaml's
 // text) differs from `cfg`'s, as "optim.lr: 0.001 in the checkpoint, 0.003 now".
 std::vector<std::string> trajectory_differences(const std::string& saved_yaml, const Config& cfg);
+
+// A usage error naming the key when cfg.device cannot run cfg.model yet (cuda: gemma3, grouped-
+// query attention, own head_dim, sliding window). The trainer calls it before it makes the
+// backend; --plan does not, so that a gemma3 config plans with the CUDA layouts.
+void require_device_runs_model(const Config& cfg);
 
 // A Treatment serialises to JSON (nlohmann, found by argument-dependent lookup) as its name.
 template <class Json>

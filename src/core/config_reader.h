@@ -32,9 +32,9 @@ struct EnumNames {
   const char* names[N];
   const char* operator()(E v) const { return size_t(v) < N ? names[size_t(v)] : "?"; }
 };
-inline constexpr EnumNames<ModelFamily, 2> kFamilyNames{{"gpt2", "llama"}};
+inline constexpr EnumNames<ModelFamily, 3> kFamilyNames{{"gpt2", "llama", "gemma3"}};
 inline constexpr EnumNames<NormKind, 2> kNormNames{{"layernorm", "rmsnorm"}};
-inline constexpr EnumNames<MlpKind, 2> kMlpNames{{"gelu", "swiglu"}};
+inline constexpr EnumNames<MlpKind, 3> kMlpNames{{"gelu", "swiglu", "geglu"}};
 inline constexpr EnumNames<PositionKind, 2> kPositionNames{{"learned", "rope"}};
 inline constexpr EnumNames<OptimizerKind, 2> kOptimizerNames{{"adamw", "sgdm"}};
 inline constexpr EnumNames<LrSchedule, 3> kScheduleNames{{"cosine", "linear", "constant"}};

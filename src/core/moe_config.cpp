@@ -19,7 +19,7 @@ inline constexpr EnumNames<MoeRouter, 3> kRouterNames{
 const char* enum_name(MoeRouter v) { return kRouterNames(v); }
 
 int64_t MoeConfig::expert_fc_rows() const {
-  return expert_act == MlpKind::Swiglu ? 2 * int64_t(expert_hidden) : expert_hidden;
+  return mlp_gated(expert_act) ? 2 * int64_t(expert_hidden) : expert_hidden;
 }
 
 int64_t MoeConfig::capacity(int64_t tokens) const {

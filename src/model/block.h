@@ -1,5 +1,6 @@
 // A transformer block: x -> resid_mid = x + attention(norm1(x)) -> resid_out = resid_mid +
-// mlp(norm2(resid_mid)). Every residual add is fused with the norm that reads it
+// mlp(norm2(resid_mid)); with post_norms (gemma3) each branch ends in its own RMSNorm before the
+// add: resid_mid = x + post_attn(attention(...)), resid_out = resid_mid + post_mlp(mlp(...)). Every residual add is fused with the norm that reads it
 // (Backend::residual_norm_forward): norm2 here, and the next block's norm1 (or the final norm),
 // which the caller names as `next`.
 #pragma once
@@ -33,6 +34,9 @@ class Block {
   NormRef norm2_;
   NormActs norm2_acts_;
   std::unique_ptr<Mlp> mlp_;  // dense or MoE (make_mlp, model/mlp.h)
+  NormRef mlp_post_norm_;     // post_norms: "mlp.post_norm.weight"
+  NormActs mlp_post_acts_;    // its rstd (its output goes to the scratch)
+  Tensor mlp_out_;            // (N, C) the MLP's output, the post-norm's input (post_norms)
   Tensor resid_out_;  // (N, C) resid_mid + mlp
 };
 

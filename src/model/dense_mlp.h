@@ -1,5 +1,5 @@
-// The dense MLP (model/mlp.h): fc linear -> GELU | SwiGLU -> proj linear, forward and backward.
-// SwiGLU's fc holds the gate rows [0, H) and the up rows [H, 2H) (ModelConfig::fc_rows).
+// The dense MLP (model/mlp.h): fc linear -> GELU | SwiGLU | GeGLU -> proj linear, forward and
+// backward. The gated kinds' fc holds the gate rows [0, H) and the up rows [H, 2H) (ModelConfig::fc_rows).
 // Also the MoE layer's shared experts (model/moe_mlp.h): the same MLP under other names and
 // widths, with its own copy of the input when its input cast must not touch the caller's.
 #pragma once
@@ -27,7 +27,7 @@ class DenseMlp : public Mlp {
   LinearRef fc_, proj_;
   int H_ = 0;
   MlpKind act_kind_ = MlpKind::Gelu;
-  Tensor fc_out_;  // (N, H) gelu / (N, 2H) swiglu
+  Tensor fc_out_;  // (N, H) gelu / (N, 2H) swiglu, geglu
   Tensor act_;     // (N, H)
   Tensor input_;   // (N, C): own_input's cast input, else empty (the input is cast in place)
 };

@@ -1,6 +1,6 @@
 // The MLP half of a transformer block as an interface: the block hands it its normed input
 // (norm2's output) and adds what it returns to the residual. Two implementations, chosen per
-// layer in make_mlp: the dense MLP (model/dense_mlp.h: GELU or SwiGLU) and the sparse
+// layer in make_mlp: the dense MLP (model/dense_mlp.h: GELU, SwiGLU or GeGLU) and the sparse
 // Mixture-of-Experts (model/moe_mlp.h: router -> dispatch -> experts -> combine), whose
 // parameters are under ParamRole::Router and ParamRole::Expert.
 #pragma once
@@ -42,6 +42,13 @@ class Mlp {
   };
   virtual const MoeStats* moe_stats() const { return nullptr; }
 };
+
+// The MLP's activation of kind k: act (N, H) from fc (N, FC): GELU (FC = H), SwiGLU or GeGLU
+// (FC = 2H, [gate | up]); and its backward, dfc (N, FC) += from dact (N, H).
+void mlp_activation_forward(Backend& be, MlpKind k, const Tensor& act, const Tensor& fc, int N,
+                            int H);
+void mlp_activation_backward(Backend& be, MlpKind k, const Tensor& dfc, const Tensor& dact,
+                             const Tensor& fc, int N, int H);
 
 // The MLP of layer `layer` (parameters named prefix + "mlp.*"), for N = B*T rows: the dense MLP
 // of the config's kind (a MoE config will choose the MoE MLP here).

@@ -11,11 +11,19 @@ Tensor ModelContext::g(int i) const {
   return grads.slice(s.offset, s.shape);
 }
 
+Tensor norm_gain(const ModelContext& ctx, int i, int64_t n, int slot) {
+  if (!ctx.cfg.norm_unit_offset) return ctx.w(i);
+  const Tensor gain = (slot == 0 ? ctx.gain_scratch0 : ctx.gain_scratch1).slice(0, {n});
+  ctx.be.residual_forward(gain, ctx.w(i), ctx.ones.slice(0, {n}), n);  // 1 + w
+  return gain;
+}
+
 void norm_forward(const ModelContext& ctx, const NormActs& a, const Tensor& inp, NormRef p,
                   int N) {
   const ModelConfig& m = ctx.cfg;
   if (m.norm == NormKind::RmsNorm)
-    ctx.be.rmsnorm_forward(a.out, a.rstd, inp, ctx.w(p.weight), N, m.d_model, m.norm_eps);
+    ctx.be.rmsnorm_forward(a.out, a.rstd, inp, norm_gain(ctx, p.weight, m.d_model), N, m.d_model,
+                           m.norm_eps);
   else
     ctx.be.layernorm_forward(a.out, a.mean, a.rstd, inp, ctx.w(p.weight), ctx.w(p.bias), N,
                              m.d_model, m.norm_eps);
@@ -25,7 +33,8 @@ void residual_norm_forward(const ModelContext& ctx, const Tensor& resid, const N
                            const Tensor& x, const Tensor& y, NormRef p, int N) {
   const bool rms = ctx.cfg.norm == NormKind::RmsNorm;
   ctx.be.residual_norm_forward(resid, a.out, rms ? Tensor{} : a.mean, a.rstd, x, y,
-                               ctx.w(p.weight), rms ? Tensor{} : ctx.w(p.bias), N,
+                               norm_gain(ctx, p.weight, ctx.cfg.d_model),
+                               rms ? Tensor{} : ctx.w(p.bias), N,
                                ctx.cfg.d_model, ctx.cfg.norm_eps, rms);
 }
 
@@ -33,7 +42,8 @@ void norm_backward(const ModelContext& ctx, const Tensor& dinp, const Tensor& do
                    const Tensor& inp, NormRef p, const NormActs& a, int N) {
   const int C = ctx.cfg.d_model;
   if (ctx.cfg.norm == NormKind::RmsNorm)
-    ctx.be.rmsnorm_backward(dinp, ctx.g(p.weight), dout, inp, ctx.w(p.weight), a.rstd, N, C);
+    ctx.be.rmsnorm_backward(dinp, ctx.g(p.weight), dout, inp, norm_gain(ctx, p.weight, C), a.rstd,
+                            N, C);
   else
     ctx.be.layernorm_backward(dinp, ctx.g(p.weight), ctx.g(p.bias), dout, inp, ctx.w(p.weight),
                               a.mean, a.rstd, N, C);

@@ -23,6 +23,11 @@ struct ModelContext {
   // Expert parallelism (model/expert_parallel.h); null or ep 1: every expert is here.
   const ExpertParallel* ep = nullptr;
 
+  // Gemma's norms scale by (1 + w) (ModelConfig::norm_unit_offset): norm_gain() writes 1 + w
+  // into a gain scratch (max(d_model, head_dim) wide, from `ones` by residual_forward) for the
+  // kernels, which take the gain itself. The gain's gradient is w's: d(1 + w)/dw = 1.
+  Tensor ones = {}, gain_scratch0 = {}, gain_scratch1 = {};
+
   // Index into the parameter table; -1 when the family has no such parameter.
   int index(const std::string& name) const;
   // Parameter i's compute view (ParamStore::compute); empty for -1.
@@ -39,6 +44,10 @@ struct NormActs {
   Tensor out, mean, rstd;  // (N, C), (N), (N); mean unused by RMSNorm
 };
 
+// The gain the norm kernels multiply by for norm weight i of n elements: w, or 1 + w written
+// into ctx.gain_scratch<slot> under norm_unit_offset (valid until that slot's next use).
+Tensor norm_gain(const ModelContext& ctx, int i, int64_t n, int slot = 0);
+
 // out = the family's norm of inp (LayerNorm or RMSNorm).
 void norm_forward(const ModelContext& ctx, const NormActs& a, const Tensor& inp, NormRef p, int N);
 // resid = x + y, then the family's norm of resid (Backend::residual_norm_forward, fused on CUDA).
@@ -52,7 +61,11 @@ void norm_backward(const ModelContext& ctx, const Tensor& dinp, const Tensor& do
 // in dtype): out_c holds a half-block's output before its residual add, the rest the backward's
 // gradients.
 struct BlockScratch {
-  Tensor d_resid, d_norm, d_qkv, d_qkv_rope, d_atty, d_fc, d_act, d_att, out_c;
+  // Widths: d_qkv* (N, qkv_rows), d_atty (N, attn_width), the rest (N, d_model) or the MLP's.
+  // d_qkv_normed: the gradient at the QK-norm's output (qk_norm); d_post: at a post-norm's
+  // input (post_norms).
+  Tensor d_resid, d_norm, d_qkv, d_qkv_rope, d_qkv_normed, d_atty, d_fc, d_act, d_att, out_c,
+      d_post;
   // MoE layers' (model/moe_mlp.h), allocated when the model has them: rows (N k, C) (the
   // experts' output gradient, then their input gradient), the experts' hidden (N k, FC) and
   // activation (N k, H) gradients, the router's logits (N, E) and gates (N, k) gradients.

@@ -177,10 +177,7 @@ void MoeMlp::experts_forward(const ModelContext& ctx) {
     const Tensor x = ex_x_.slice(r0 * C, {n, C}), h = ex_fc_.slice(r0 * FC, {n, FC}),
                  a = ex_act_.slice(r0 * H, {n, H}), y = ex_y_.slice(r0 * C, {n, C});
     linear_forward(ctx, fc_[e], h, x, x, n, C, FC);  // the rows are a copy: cast in place
-    if (m.expert_act == MlpKind::Swiglu)
-      ctx.be.swiglu_forward(a, h, n, H);
-    else
-      ctx.be.gelu_forward(a, h, int64_t(n) * H);
+    mlp_activation_forward(ctx.be, m.expert_act, a, h, n, H);
     linear_forward(ctx, proj_[e], y, a, a, n, H, C);
   }
 }
@@ -268,10 +265,7 @@ void MoeMlp::experts_backward(const ModelContext& ctx, const Tensor& d_rows, con
   }
   be.zero(d_fc);
   if (R > 0) {
-    if (m.expert_act == MlpKind::Swiglu)
-      be.swiglu_backward(d_fc, d_act, ex_fc_, int(R), H);
-    else
-      be.gelu_backward(d_fc, ex_fc_, d_act, R * H);
+    mlp_activation_backward(be, m.expert_act, d_fc, d_act, ex_fc_, int(R), H);
   }
   be.zero(d_rows);
   for (const Segment& g : segments_) {

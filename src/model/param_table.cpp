@@ -1,4 +1,4 @@
-// Parameter tables of the two block families. Names and layouts match tools/torch_reference.py.
+// Parameter tables of the block families (gpt2, llama, gemma3). Names and layouts match tools/torch_reference.py.
 #include "model/param_table.h"
 
 #include <cmath>
@@ -137,27 +137,38 @@ ParamTable build_param_table(const ModelConfig& m) {
   // max_seq_len 0 means seq_len (as load_config resolves it; hand-built configs in tests may not).
   const int64_t positions = m.max_seq_len > 0 ? m.max_seq_len : m.seq_len;
   if (learned_positions) add("wpe", {positions, C}, ParamRole::Position, std_base);
+  // Gains: 1, or 0 where the norm scales by (1 + w) (Gemma).
+  const float gain = m.norm_unit_offset ? 0.0f : 1.0f;
+  // The fused qkv rows: [q (n_head heads) | k (kv heads) | v (kv heads)] x head_dim (3 C for
+  // multi-head attention over d_model); proj maps the n_head x head_dim output back to C.
+  const int64_t QKV = m.qkv_rows(), A = m.attn_width(), hd = m.head_dim();
   for (int l = 0; l < m.n_layer; ++l) {
     const std::string p = fmt::format("h.{}.", l);
-    add(p + "norm1.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
+    add(p + "norm1.weight", {C}, ParamRole::Norm, 0.0f, gain);
     if (norm_bias) add(p + "norm1.bias", {C}, ParamRole::Norm, 0.0f);
-    add(p + "attn.qkv.weight", {3 * C, C}, ParamRole::Linear, std_base);
-    if (bias) add(p + "attn.qkv.bias", {3 * C}, ParamRole::Bias, 0.0f);
-    add(p + "attn.proj.weight", {C, C}, ParamRole::Linear, std_resid);
+    add(p + "attn.qkv.weight", {QKV, C}, ParamRole::Linear, std_base);
+    if (bias) add(p + "attn.qkv.bias", {QKV}, ParamRole::Bias, 0.0f);
+    if (m.qk_norm) {
+      add(p + "attn.q_norm.weight", {hd}, ParamRole::Norm, 0.0f, gain);
+      add(p + "attn.k_norm.weight", {hd}, ParamRole::Norm, 0.0f, gain);
+    }
+    add(p + "attn.proj.weight", {C, A}, ParamRole::Linear, std_resid);
     if (bias) add(p + "attn.proj.bias", {C}, ParamRole::Bias, 0.0f);
-    add(p + "norm2.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
+    if (m.post_norms) add(p + "attn.post_norm.weight", {C}, ParamRole::Norm, 0.0f, gain);
+    add(p + "norm2.weight", {C}, ParamRole::Norm, 0.0f, gain);
     if (norm_bias) add(p + "norm2.bias", {C}, ParamRole::Norm, 0.0f);
     if (m.moe.is_moe_layer(l)) {
       add_moe_mlp(p + "mlp.");
-      continue;
+    } else {
+      // SwiGLU, GeGLU: rows [0, H) are the gate projection, rows [H, 2H) the up projection.
+      add(p + "mlp.fc.weight", {m.fc_rows(), C}, ParamRole::Linear, std_base);
+      if (bias) add(p + "mlp.fc.bias", {H}, ParamRole::Bias, 0.0f);
+      add(p + "mlp.proj.weight", {C, H}, ParamRole::Linear, std_resid);
+      if (bias) add(p + "mlp.proj.bias", {C}, ParamRole::Bias, 0.0f);
     }
-    // SwiGLU: rows [0, H) are the gate projection, rows [H, 2H) the up projection.
-    add(p + "mlp.fc.weight", {m.fc_rows(), C}, ParamRole::Linear, std_base);
-    if (bias) add(p + "mlp.fc.bias", {H}, ParamRole::Bias, 0.0f);
-    add(p + "mlp.proj.weight", {C, H}, ParamRole::Linear, std_resid);
-    if (bias) add(p + "mlp.proj.bias", {C}, ParamRole::Bias, 0.0f);
+    if (m.post_norms) add(p + "mlp.post_norm.weight", {C}, ParamRole::Norm, 0.0f, gain);
   }
-  add("norm_f.weight", {C}, ParamRole::Norm, 0.0f, 1.0f);
+  add("norm_f.weight", {C}, ParamRole::Norm, 0.0f, gain);
   if (norm_bias) add("norm_f.bias", {C}, ParamRole::Norm, 0.0f);
   if (!m.tie_embeddings) add("lm_head.weight", {V, C}, ParamRole::Head, std_base);
   // A token passes through top_k of the n_experts routed experts of each MoE layer.

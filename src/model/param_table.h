@@ -55,7 +55,7 @@ struct ParamTable {
   std::string describe() const;  // a printable table
 };
 
-// Build the parameter table for a model config (GPT-2 or Llama family).
+// Build the parameter table for a model config (GPT-2, Llama or Gemma 3 family).
 ParamTable build_param_table(const ModelConfig& m);
 
 }  // namespace eco

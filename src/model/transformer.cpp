@@ -3,6 +3,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -58,9 +59,18 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   BlockScratch& s = scratch_;
   s.d_resid = ws("d_resid", {N, C});
   s.d_norm = ws("d_norm", {N, C});
-  s.d_qkv = ws("d_qkv", {N, 3 * C});
-  if (cfg.positions == PositionKind::Rope) s.d_qkv_rope = ws("d_qkv_rope", {N, 3 * C});
-  s.d_atty = ws("d_atty", {N, C});
+  const int64_t QKV = cfg.qkv_rows(), A = cfg.attn_width(), hd = cfg.head_dim();
+  s.d_qkv = ws("d_qkv", {N, QKV});
+  if (cfg.positions == PositionKind::Rope) s.d_qkv_rope = ws("d_qkv_rope", {N, QKV});
+  if (cfg.qk_norm) s.d_qkv_normed = ws("d_qkv_normed", {N, QKV});
+  if (cfg.post_norms) s.d_post = ws("d_post", {N, C});
+  s.d_atty = ws("d_atty", {N, A});
+  if (cfg.norm_unit_offset) {  // the (1 + w) gains (ModelContext::gain_scratch0, 1)
+    const int64_t G = std::max(C, hd);
+    ctx_.ones = be_.alloc("norm_gain_ones", {G}, dt, MemCategory::Workspace);  // filled by forward
+    ctx_.gain_scratch0 = be_.alloc("norm_gain0", {G}, dt, MemCategory::Workspace);
+    ctx_.gain_scratch1 = be_.alloc("norm_gain1", {G}, dt, MemCategory::Workspace);
+  }
   // The dense MLPs' and the MoE shared experts' (model/dense_mlp.h) backward temporaries.
   const MoeConfig& moe = cfg.moe;
   const int64_t shared_fc = moe.expert_fc_rows() * moe.n_shared_experts;
@@ -93,9 +103,9 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   shapes.d_model = int(C);
   shapes.n_head = int(NH);
   shapes.vocab = int(V);
-  shapes.widest_linear_in = std::max(C, H);
-  shapes.widest_linear_out = std::max(3 * C, FC);
-  shapes.largest_weight = std::max({V * C, 3 * C * C, FC * C, C * H});
+  shapes.widest_linear_in = std::max({C, H, A});
+  shapes.widest_linear_out = std::max(QKV, FC);
+  shapes.largest_weight = std::max({V * C, QKV * C, FC * C, C * H, C * A});
   if (moe.enabled()) {
     const int64_t eh = std::max<int64_t>(moe.expert_hidden, moe.shared_hidden());
     const int64_t efc = std::max(moe.expert_fc_rows(), shared_fc);
@@ -107,6 +117,12 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   for (size_t i = 0; i < store_.size(); ++i)
     shapes.fp8_activations |= store_.storage(i).act == ActCast::E4M3Row;
   be_.reserve_workspaces(shapes);
+}
+
+float Transformer::embedding_scale() const {
+  // Gemma: sqrt(d_model) in the embedding's dtype (HF casts the normalizer to it), applied
+  // after the lookup.
+  return float(std::sqrt(double(cfg_.d_model)));
 }
 
 Tensor Transformer::grad(size_t i) const {
@@ -123,7 +139,19 @@ void Transformer::upload_tokens(const Tensor& dst, const int32_t* src, int B, in
 
 void Transformer::forward(int B, int T) {
   const int N = B * T, C = cfg_.d_model;
+  if (cfg_.norm_unit_offset && !ones_filled_) {  // here, not in the constructor: --plan's backend
+    const size_t G = size_t(ctx_.ones.numel());  // allocates no memory and runs nothing
+    if (ctx_.ones.dtype == DType::F64) {
+      be_.copy_from_host(ctx_.ones, std::vector<double>(G, 1.0).data());
+    } else {
+      ECO_ASSERT(ctx_.ones.dtype == DType::F32, "norm gains of dtype {}",
+                 dtype_name(ctx_.ones.dtype));
+      be_.copy_from_host(ctx_.ones, std::vector<float>(G, 1.0f).data());
+    }
+    ones_filled_ = true;
+  }
   be_.embedding_forward(encoded_, tokens_, ctx_.w(wte_), ctx_.w(wpe_), B, T, C);  // (N, C)
+  if (cfg_.scale_embeddings) be_.scale_inplace(encoded_, embedding_scale(), int64_t(N) * C);
   Tensor x = encoded_;
   // Every residual add is fused with the norm that reads it (Backend::residual_norm_forward):
   // norm2 inside the block, then norm1 of the next block or the final norm.
@@ -177,6 +205,7 @@ void Transformer::backward(int B, int T) {
     const ScopedRange range(be_, backward_range_[l].c_str());
     blocks_[l]->backward(ctx_, s, l == 0 ? encoded_ : blocks_[l - 1]->output(), B, T);
   }
+  if (cfg_.scale_embeddings) be_.scale_inplace(s.d_resid, embedding_scale(), int64_t(N) * C);
   be_.embedding_backward(ctx_.g(wte_), ctx_.g(wpe_), s.d_resid, tokens_, B, T, C);
 }
 

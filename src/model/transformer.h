@@ -1,4 +1,4 @@
-// The transformer language model (GPT-2 and Llama block families), written once against the
+// The transformer language model (GPT-2, Llama and Gemma 3 block families), written once against the
 // Backend interface: the embedding, the loop over blocks (model/block.h: attention + MLP), the
 // final norm, the head and the loss. It owns its parameters, gradients and activations
 // (allocated up front for the largest batch it will see), and exposes forward/backward as
@@ -87,6 +87,8 @@ class Transformer {
   void forward(int B, int T);   // from tokens_ to logits_
   double loss(int B, int T, float dloss_per_row, bool with_grad);
   void backward(int B, int T);  // from dlogits (in logits_) to grads_
+  float embedding_scale() const;  // scale_embeddings: sqrt(d_model) as a float
+  bool ones_filled_ = false;      // norm_unit_offset: ctx_.ones holds ones
 
   ModelConfig cfg_;
   Backend& be_;

@@ -201,7 +201,8 @@ std::vector<std::vector<int64_t>> Optimizer::state_bounds() const {
 }
 
 double lr_at(const OptimConfig& cfg, int64_t step, int64_t warmup, int64_t total) {
-  if (warmup > 0 && step < warmup) return cfg.lr * double(step + 1) / double(warmup);
+  if (warmup > 0 && step < warmup)  // from warmup_start_lr (0: the plain lr * (step + 1) / warmup)
+    return cfg.warmup_start_lr + (cfg.lr - cfg.warmup_start_lr) * double(step + 1) / double(warmup);
   if (cfg.schedule == LrSchedule::Constant || total <= warmup) return cfg.lr;
   const double progress =
       std::min(1.0, double(step - warmup) / double(std::max<int64_t>(1, total - warmup - 1)));

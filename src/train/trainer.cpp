@@ -43,6 +43,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   // Before any allocation: a model that cannot fit is refused at once, not after minutes of
   // zeroing memory.
+  require_device_runs_model(cfg_);
   require_memory_fits(cfg_);
   backend_ = make_backend(cfg_.device);
   if (par.ep > 1) {  // the groups of world = dp x ep, rank r = d ep + e (dist/communicator.h)

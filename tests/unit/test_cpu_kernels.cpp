@@ -184,6 +184,85 @@ struct SwigluOp {
   }
 };
 
+// GeGLU (Gemma's MLP): gelu_tanh(gate) * up.
+struct GegluOp {
+  static constexpr const char* kName = "Geglu";
+  static constexpr int H = 6;
+  std::vector<int64_t> input_sizes() const { return {kN * 2 * H}; }  // [gate | up] rows
+  int64_t output_size() const { return kN * H; }
+  template <class T>
+  void forward(std::vector<T>& out, const Tensors<T>& in) const {
+    cpu::geglu_forward(out.data(), in[0].data(), kN, H);
+  }
+  template <class T>
+  void backward(Tensors<T>& g, const std::vector<T>& dout, const Tensors<T>& in) const {
+    cpu::geglu_backward(g[0].data(), dout.data(), in[0].data(), kN, H);
+  }
+};
+
+// Grouped-query rows: 4 query heads share 2 key/value heads, head size 4 (hs != C / NH): qkv
+// rows of (4 + 2 x 2) x 4 = 32, output rows of 16.
+constexpr int kGqaNH = 4, kGqaKVH = 2, kGqaHs = 4;
+constexpr int kGqaQKV = (kGqaNH + 2 * kGqaKVH) * kGqaHs, kGqaOut = kGqaNH * kGqaHs;
+
+struct RopeGqaOp {
+  static constexpr const char* kName = "RopeGqa";
+  static constexpr float kTheta = 100.f;
+  std::vector<int64_t> input_sizes() const { return {kN * kGqaQKV}; }
+  int64_t output_size() const { return kN * kGqaQKV; }
+  template <class T>
+  void forward(std::vector<T>& out, const Tensors<T>& in) const {
+    cpu::rope_forward_gqa(out.data(), in[0].data(), kB, kT, kGqaNH, kGqaKVH, kGqaHs, kTheta);
+  }
+  template <class T>
+  void backward(Tensors<T>& g, const std::vector<T>& dout, const Tensors<T>& in) const {
+    cpu::rope_backward_gqa(g[0].data(), dout.data(), kB, kT, kGqaNH, kGqaKVH, kGqaHs, kTheta);
+  }
+};
+
+// Grouped-query attention in a sliding window of 3 < T = 5 (the first keys of late queries
+// drop out), scaled by 7^-1/2 instead of hs^-1/2.
+struct GqaWindowAttentionOp {
+  static constexpr const char* kName = "GqaWindowAttention";
+  static constexpr int kWindow = 3;
+  static constexpr float kQScalar = 7.f;
+  std::vector<int64_t> input_sizes() const { return {kN * kGqaQKV}; }
+  int64_t output_size() const { return kN * kGqaOut; }
+  template <class T>
+  void forward(std::vector<T>& out, const Tensors<T>& in, std::vector<T>* att = nullptr) const {
+    std::vector<T> a(kB * kGqaNH * kT * kT);
+    cpu::attention_forward_gqa(out.data(), (att ? *att : a).data(), in[0].data(), kB, kT, kGqaNH,
+                               kGqaKVH, kGqaHs, kWindow, kQScalar);
+  }
+  template <class T>
+  void backward(Tensors<T>& g, const std::vector<T>& dout, const Tensors<T>& in) const {
+    std::vector<T> out(output_size()), att(kB * kGqaNH * kT * kT), scratch(att.size());
+    forward(out, in, &att);
+    cpu::attention_backward_gqa(g[0].data(), scratch.data(), dout.data(), in[0].data(), att.data(),
+                                kB, kT, kGqaNH, kGqaKVH, kGqaHs, kWindow, kQScalar);
+  }
+};
+
+// QK-norm over the q and k heads of grouped-query rows; gains wq, wk (hs).
+struct QkRmsnormOp {
+  static constexpr const char* kName = "QkRmsnorm";
+  std::vector<int64_t> input_sizes() const { return {kN * kGqaQKV, kGqaHs, kGqaHs}; }
+  int64_t output_size() const { return kN * kGqaQKV; }
+  template <class T>
+  void forward(std::vector<T>& out, const Tensors<T>& in, T* rstd = nullptr) const {
+    std::vector<T> r(kN * (kGqaNH + kGqaKVH));
+    cpu::qk_rmsnorm_forward(out.data(), rstd ? rstd : r.data(), in[0].data(), in[1].data(),
+                            in[2].data(), kN, kGqaNH, kGqaKVH, kGqaHs, 1e-6f);
+  }
+  template <class T>
+  void backward(Tensors<T>& g, const std::vector<T>& dout, const Tensors<T>& in) const {
+    std::vector<T> out(output_size()), rstd(kN * (kGqaNH + kGqaKVH));
+    forward(out, in, rstd.data());
+    cpu::qk_rmsnorm_backward(g[0].data(), g[1].data(), g[2].data(), dout.data(), in[0].data(),
+                             in[1].data(), in[2].data(), rstd.data(), kN, kGqaNH, kGqaKVH, kGqaHs);
+  }
+};
+
 // The residual's backward is `accumulate` of dout into both inputs.
 struct ResidualOp {
   static constexpr const char* kName = "Residual";
@@ -274,7 +353,8 @@ struct OpName {
 };
 
 using AllOps = ::testing::Types<MatmulOp, EmbeddingOp, LayernormOp, RmsnormOp, RopeOp, AttentionOp,
-                                GeluOp, SwigluOp, ResidualOp, CrossentropyOp>;
+                                GeluOp, SwigluOp, ResidualOp, CrossentropyOp, GegluOp, RopeGqaOp,
+                                GqaWindowAttentionOp, QkRmsnormOp>;
 TYPED_TEST_SUITE(CpuKernelOp, AllOps, OpName);
 
 TYPED_TEST(CpuKernelOp, BackwardMatchesFiniteDifferences) {
@@ -486,6 +566,68 @@ TEST(CpuKernels, AttentionForwardMatchesNaiveCausalAttention) {
           EXPECT_NEAR(out[(b * kT + t) * kC + h * hs + i], o, 1e-14);
         }
       }
+}
+
+// Query head h reads kv head h / (NH / KVH); query t sees keys (t - window, t]; scores are
+// scaled by q_scalar^-1/2.
+TEST(CpuKernels, GqaWindowAttentionForwardMatchesNaiveLoops) {
+  const int W = GqaWindowAttentionOp::kWindow;
+  const double qs = GqaWindowAttentionOp::kQScalar;
+  const auto qkv = random_values(kN * kGqaQKV, 3);
+  std::vector<double> out(kN * kGqaOut), att(kB * kGqaNH * kT * kT, 7.0);
+  cpu::attention_forward_gqa(out.data(), att.data(), qkv.data(), kB, kT, kGqaNH, kGqaKVH, kGqaHs,
+                             W, float(qs));
+  const int group = kGqaNH / kGqaKVH;
+  for (int b = 0; b < kB; b++)
+    for (int h = 0; h < kGqaNH; h++)
+      for (int t = 0; t < kT; t++) {
+        const int kv = h / group;
+        auto q = [&](int i) { return qkv[(b * kT + t) * kGqaQKV + h * kGqaHs + i]; };
+        auto k = [&](int u, int i) {
+          return qkv[(b * kT + u) * kGqaQKV + (kGqaNH + kv) * kGqaHs + i];
+        };
+        auto v = [&](int u, int i) {
+          return qkv[(b * kT + u) * kGqaQKV + (kGqaNH + kGqaKVH + kv) * kGqaHs + i];
+        };
+        std::vector<double> p(kT, 0.0);
+        double z = 0;
+        for (int u = std::max(0, t - W + 1); u <= t; u++) {
+          double s = 0;
+          for (int i = 0; i < kGqaHs; i++) s += q(i) * k(u, i);
+          p[u] = std::exp(s / std::sqrt(qs));
+          z += p[u];
+        }
+        for (int u = 0; u < kT; u++)
+          EXPECT_NEAR(att[((b * kGqaNH + h) * kT + t) * kT + u], p[u] / z, 1e-14)
+              << "b " << b << " h " << h << " t " << t << " u " << u;
+        for (int i = 0; i < kGqaHs; i++) {
+          double o = 0;
+          for (int u = 0; u < kT; u++) o += p[u] / z * v(u, i);
+          EXPECT_NEAR(out[(b * kT + t) * kGqaOut + h * kGqaHs + i], o, 1e-14);
+        }
+      }
+}
+
+// With KVH = NH, head size C / NH, no window and q_scalar = hs, the general kernels are the
+// multi-head ones, bit for bit (llama and gpt2 runs do not change).
+TEST(CpuKernels, GqaKernelsReduceToMultiHeadBitForBit) {
+  const int hs = kC / kNH;
+  const auto qkv = cast<float>(random_values(kN * 3 * kC, 4));
+  const auto dout = cast<float>(random_values(kN * kC, 5));
+  std::vector<float> o1(kN * kC), o2(o1.size()), a1(kB * kNH * kT * kT), a2(a1.size());
+  cpu::attention_forward(o1.data(), a1.data(), qkv.data(), kB, kT, kC, kNH);
+  cpu::attention_forward_gqa(o2.data(), a2.data(), qkv.data(), kB, kT, kNH, kNH, hs, 0, float(hs));
+  EXPECT_EQ(o1, o2);
+  EXPECT_EQ(a1, a2);
+  std::vector<float> g1(qkv.size()), g2(qkv.size()), s1(a1.size()), s2(a1.size());
+  cpu::attention_backward(g1.data(), s1.data(), dout.data(), qkv.data(), a1.data(), kB, kT, kC, kNH);
+  cpu::attention_backward_gqa(g2.data(), s2.data(), dout.data(), qkv.data(), a2.data(), kB, kT, kNH,
+                              kNH, hs, 0, float(hs));
+  EXPECT_EQ(g1, g2);
+  std::vector<float> r1(qkv.size()), r2(qkv.size());
+  cpu::rope_forward(r1.data(), qkv.data(), kB, kT, kC, kNH, 100.f);
+  cpu::rope_forward_gqa(r2.data(), qkv.data(), kB, kT, kNH, kNH, hs, 100.f);
+  EXPECT_EQ(r1, r2);
 }
 
 TEST(CpuKernels, AttentionProbabilitiesAreZeroAboveDiagonalAndRowsSumToOne) {

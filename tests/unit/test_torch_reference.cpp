@@ -1,6 +1,6 @@
 // The CPU model against a PyTorch float64 reference (tools/torch_reference.py writes the
-// fixtures): logits, loss, every parameter gradient and 10 AdamW steps, for GPT-2, Llama and
-// two SMoE models (topk_softmax and softmax_topk routers, shared experts), on the f32 backend
+// fixtures): logits, loss, every parameter gradient and 10 AdamW steps, for GPT-2, Llama,
+// Gemma 3 and two SMoE models (topk_softmax and softmax_topk routers, shared experts), on the f32 backend
 // (float rounding tolerances) and the f64 backend (the math itself).
 #include <gtest/gtest.h>
 
@@ -54,8 +54,18 @@ double relative_error(double a, double b) { return std::abs(a - b) / std::abs(b)
 struct Reference {
   explicit Reference(const std::string& family)
       : fx(std::string(ECO_FIXTURE_DIR) + "/torch_reference_" + family + ".bin") {
-    model.set_family(fx.int_scalar("config.is_llama") ? eco::ModelFamily::Llama
-                                                      : eco::ModelFamily::Gpt2);
+    // config.family (the ModelFamily value) where the fixture has it, else is_llama.
+    model.set_family(fx.has("config.family") ? eco::ModelFamily(fx.int_scalar("config.family"))
+                     : fx.int_scalar("config.is_llama") ? eco::ModelFamily::Llama
+                                                        : eco::ModelFamily::Gpt2);
+    if (fx.has("config.n_kv_head")) {  // gemma3's attention keys
+      model.n_kv_head = fx.int_scalar("config.n_kv_head");
+      model.head_dim_override = fx.int_scalar("config.head_dim");
+      model.sliding_window = fx.int_scalar("config.sliding_window");
+      model.sliding_window_pattern = fx.int_scalar("config.sliding_window_pattern");
+      model.rope_local_theta = float(fx.scalar("config.rope_local_theta"));
+      model.query_pre_attn_scalar = float(fx.scalar("config.query_pre_attn_scalar"));
+    }
     model.vocab_size = fx.int_scalar("config.vocab_size");
     model.d_model = fx.int_scalar("config.d_model");
     model.n_head = fx.int_scalar("config.n_head");
@@ -310,3 +320,26 @@ TEST(TorchReference, MissingFixtureIsAnErrorNamingTheFile) {
 }
 
 }  // namespace
+
+// Gemma 3 (tools/torch_reference.py gemma3_forward: HF Gemma3ForCausalLM's math): GQA with its
+// own head_dim, a sliding-window layer and a global one, QK-norm, sandwich (1 + w) norms,
+// GeGLU, scaled tied embeddings. The same tolerances as the other families: the tiny model has
+// the same depth and width and the f32 errors measured stay in the same ranges.
+TEST(TorchReference, Gemma3LogitsMatchPyTorch) {
+  ECO_WITH_FIXTURE(expect_logits_match("gemma3", DType::F32, kF32));
+}
+TEST(TorchReference, Gemma3GradientsMatchPyTorch) {
+  ECO_WITH_FIXTURE(expect_gradients_match("gemma3", DType::F32, kF32));
+}
+TEST(TorchReference, Gemma3AdamWStepsMatchPyTorch) {
+  ECO_WITH_FIXTURE(expect_adamw_losses_match("gemma3", DType::F32, kF32));
+}
+TEST(TorchReference, Gemma3LogitsMatchPyTorchInFloat64) {
+  ECO_WITH_FIXTURE(expect_logits_match("gemma3", DType::F64, kF64));
+}
+TEST(TorchReference, Gemma3GradientsMatchPyTorchInFloat64) {
+  ECO_WITH_FIXTURE(expect_gradients_match("gemma3", DType::F64, kF64));
+}
+TEST(TorchReference, Gemma3AdamWStepsMatchPyTorchInFloat64) {
+  ECO_WITH_FIXTURE(expect_adamw_losses_match("gemma3", DType::F64, kF64));
+}
