@@ -5,8 +5,8 @@
 # short GPT-2 124M training runs (bf16-mw with the default attention path and with
 # ECO_CUDA_ATTENTION=mma, fp8-eco-sr) and one of 8 of the 2.1B SMoE's layers (fp8-eco-sr, experts
 # quantized); prints a summary table last. Full log in the directory given as argument. Each
-# part runs under a timeout (tests 200 + 40 s, the data-parallel check 90 s, each benchmark 50 s,
-# each training run 40 s: 590 s at worst); on an H200 with prebuilt binaries the whole script
+# part runs under a timeout (tests 200 + 40 s, the data-parallel check 150 s, each benchmark 50 s,
+# each training run 40 s: 650 s at worst); on an H200 with prebuilt binaries the whole script
 # should take a few minutes.
 #   scripts/gpu_check.sh LOG_DIR
 # ECO_GPU_PREBUILT=DIR uses binaries built elsewhere (DIR/tests/eco_gpu_tests, DIR/eco-*-bench,
@@ -67,8 +67,9 @@ mma_rc=$?
 cat "$log_dir/gpu_tests.log" >>"$log"
 mma_passed=$(grep -c '^\[       OK \] GpuAttentionMma\.' "$log_dir/gpu_tests.log")
 mma_skipped=$(grep -c '^\[  SKIPPED \] GpuAttentionMma\.' "$log_dir/gpu_tests.log")
-# Data parallelism on the GPU: 2 MPI ranks sharing it against one rank accumulating 2.
-timeout 90 bash tests/e2e/data_parallel_cuda.sh "$bin/eco-train" . >"$log_dir/data_parallel_cuda.log" 2>&1
+# Data parallelism on the GPU: 2 MPI ranks sharing it against one rank accumulating 2, ZeRO-1,
+# and expert parallelism (ep 2) against dp 2.
+timeout 150 bash tests/e2e/data_parallel_cuda.sh "$bin/eco-train" . >"$log_dir/data_parallel_cuda.log" 2>&1
 dp_rc=$?
 cat "$log_dir/data_parallel_cuda.log" >>"$log"
 passed=$(grep -c '^\[       OK \]' "$log_dir/gpu_tests.log")
