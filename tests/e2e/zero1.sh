@@ -10,11 +10,7 @@
 # Skips (77) without mpirun or in a build without MPI.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt-get install openmpi-bin)"; exit 77; }
-CKPT=$(dirname "$ECO_TRAIN")/eco-ckpt
-[ -x "$CKPT" ] || fail "no eco-ckpt beside $ECO_TRAIN"
-MPI=(mpirun --oversubscribe --allow-run-as-root)
-export OMPI_MCA_rmaps_base_oversubscribe=1
+mpi_setup
 tiny_config >cfg.yaml
 # d_model 64: the MLP's 256 and the attention's 192 rows are two 128-row pieces each, so that
 # ranks divide parameters by rows.
@@ -35,11 +31,6 @@ run() {
   local cmd=("$ECO_TRAIN" cfg.yaml "${common[@]}" --set train.out_dir="$WORK/$name" "$@")
   [ "$np" -gt 1 ] && cmd=("${MPI[@]}" -np "$np" "${cmd[@]}" --set parallel.dp="$np" --set parallel.zero="$zero")
   "${cmd[@]}" >"$name.log" 2>&1 || { cat "$name.log"; fail "$name: exit $?"; }
-}
-same() {  # same A B: eco-ckpt diff of the two runs' final checkpoints exits 0
-  "$CKPT" diff "$WORK/$1/ckpt_00000010.bin" "$WORK/$2/ckpt_00000010.bin" >"diff_$1_$2.txt" ||
-    { cat "diff_$1_$2.txt"; fail "$1 and $2 differ"; }
-  echo "ok: $1 == $2 ($(tail -1 "diff_$1_$2.txt"))"
 }
 
 for t in fp32 bf16-mw fp8-eco-sr int4-eco-sr; do

@@ -33,3 +33,20 @@ expect_error() {
   [ "$(grep -c . <<<"$out")" = 1 ] || fail "expected one line of error, got: $out"
   echo "ok: exit $rc: $out"
 }
+
+# mpi_setup: for the multi-rank tests: skips (77) without mpirun, sets CKPT (eco-ckpt beside
+# eco-train) and MPI (the mpirun command line for any user and core count).
+mpi_setup() {
+  command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt-get install openmpi-bin)"; exit 77; }
+  CKPT=$(dirname "$ECO_TRAIN")/eco-ckpt
+  [ -x "$CKPT" ] || fail "no eco-ckpt beside $ECO_TRAIN"
+  MPI=(mpirun --oversubscribe --allow-run-as-root)
+  export OMPI_MCA_rmaps_base_oversubscribe=1
+}
+
+# same A B: the final (step 10) checkpoints of runs $WORK/A and $WORK/B are equal (eco-ckpt diff).
+same() {
+  "$CKPT" diff "$WORK/$1/ckpt_00000010.bin" "$WORK/$2/ckpt_00000010.bin" >"diff_$1_$2.txt" ||
+    { cat "diff_$1_$2.txt"; fail "$1 and $2 differ"; }
+  echo "ok: $1 == $2 ($(tail -1 "diff_$1_$2.txt"))"
+}
