@@ -32,20 +32,24 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
   for (int64_t i = 0; i < n; i++) dinp[i] += gelu_tanh_grad(inp[i], CpuTanh{}) * dout[i];
 }
 
-template <class T>
-void swiglu_forward(T* out, const T* inp, int N, int H) {
-  // inp (N, 2H) = [gate | up] per row; out (N, H).
+namespace {
+
+// The gated units over rows of inp (N, 2H) = [gate | up]: out (N, H) = act(gate) * up, and the
+// backward accumulating into dinp; act / act_grad are the activation and its derivative.
+template <class T, class Act>
+void gated_forward(T* out, const T* inp, int N, int H, Act act) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const T* gate = inp + int64_t(n) * 2 * H;
     const T* up = gate + H;
     T* o = out + int64_t(n) * H;
-    for (int j = 0; j < H; j++) o[j] = silu(gate[j]) * up[j];
+    for (int j = 0; j < H; j++) o[j] = act(gate[j]) * up[j];
   }
 }
 
-template <class T>
-void swiglu_backward(T* dinp, const T* dout, const T* inp, int N, int H) {
+template <class T, class Act, class ActGrad>
+void gated_backward(T* dinp, const T* dout, const T* inp, int N, int H, Act act,
+                    ActGrad act_grad) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const T* gate = inp + int64_t(n) * 2 * H;
@@ -54,38 +58,36 @@ void swiglu_backward(T* dinp, const T* dout, const T* inp, int N, int H) {
     T* dup = dgate + H;
     const T* d = dout + int64_t(n) * H;
     for (int j = 0; j < H; j++) {
-      dgate[j] += silu_grad(gate[j]) * up[j] * d[j];
-      dup[j] += silu(gate[j]) * d[j];
+      dgate[j] += act_grad(gate[j]) * up[j] * d[j];
+      dup[j] += act(gate[j]) * d[j];
     }
   }
+}
+
+}  // namespace
+
+template <class T>
+void swiglu_forward(T* out, const T* inp, int N, int H) {
+  // inp (N, 2H) = [gate | up] per row; out (N, H).
+  gated_forward(out, inp, N, H, [](T x) { return silu(x); });
+}
+
+template <class T>
+void swiglu_backward(T* dinp, const T* dout, const T* inp, int N, int H) {
+  gated_backward(dinp, dout, inp, N, H, [](T x) { return silu(x); },
+                 [](T x) { return silu_grad(x); });
 }
 
 template <class T>
 void geglu_forward(T* out, const T* inp, int N, int H) {
   // inp (N, 2H) = [gate | up] per row; out (N, H).
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const T* gate = inp + int64_t(n) * 2 * H;
-    const T* up = gate + H;
-    T* o = out + int64_t(n) * H;
-    for (int j = 0; j < H; j++) o[j] = gelu_tanh(gate[j], CpuTanh{}) * up[j];
-  }
+  gated_forward(out, inp, N, H, [](T x) { return gelu_tanh(x, CpuTanh{}); });
 }
 
 template <class T>
 void geglu_backward(T* dinp, const T* dout, const T* inp, int N, int H) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const T* gate = inp + int64_t(n) * 2 * H;
-    const T* up = gate + H;
-    T* dgate = dinp + int64_t(n) * 2 * H;
-    T* dup = dgate + H;
-    const T* d = dout + int64_t(n) * H;
-    for (int j = 0; j < H; j++) {
-      dgate[j] += gelu_tanh_grad(gate[j], CpuTanh{}) * up[j] * d[j];
-      dup[j] += gelu_tanh(gate[j], CpuTanh{}) * d[j];
-    }
-  }
+  gated_backward(dinp, dout, inp, N, H, [](T x) { return gelu_tanh(x, CpuTanh{}); },
+                 [](T x) { return gelu_tanh_grad(x, CpuTanh{}); });
 }
 
 template void geglu_forward<float>(float*, const float*, int, int);
