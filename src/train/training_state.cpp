@@ -54,12 +54,13 @@ CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
   st.tokens = step * cfg.tokens_per_step();
   st.fingerprint = model_fingerprint(cfg);
   st.config_yaml = to_yaml(cfg);
+  const bool writer = !comm || comm->rank() == 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];
     const std::vector<int64_t>* b = i < bounds.size() && !bounds[i].empty() ? &bounds[i] : nullptr;
-    if (!b) {
-      std::vector<char> blob(t.bytes());
-      backend.copy_to_host(blob.data(), t);
+    if (!b) {  // a whole tensor: only the writing rank copies it off the device
+      std::vector<char> blob(writer ? t.bytes() : 0);
+      if (writer) backend.copy_to_host(blob.data(), t);
       st.sections.emplace_back(name, std::move(blob));
       continue;
     }

@@ -29,8 +29,8 @@ TensorBounds persistent_bounds(Transformer& model, const Optimizer& opt);
 
 // The state after `step` optimizer steps, copied to the host. Sharded entries (bounds non-empty;
 // `comm` then required) are gathered to rank 0, whose state holds every tensor whole; the state
-// other ranks return is incomplete and must not be written. Every rank calls it when any entry
-// is sharded.
+// other ranks return is incomplete (their whole tensors are not even copied) and must not be
+// written. Every rank calls it when any entry is sharded.
 CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
                               const NamedTensors& tensors, const TensorBounds& bounds = {},
                               Communicator* comm = nullptr);
