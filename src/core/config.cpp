@@ -307,6 +307,7 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("zero", p.zero);
     r.get("timeout_s", p.timeout_s);
     r.get("ep_row_factor", p.ep_row_factor);
+    r.get("overlap", p.overlap);
     r.finish();
     require(std::isfinite(p.timeout_s) && p.timeout_s >= 0 && p.timeout_s <= 1e7, origin,
             "parallel.timeout_s",
@@ -511,6 +512,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "timeout_s" << YAML::Value << c.parallel.timeout_s;
     if (c.parallel.ep_row_factor > 0)
       e << YAML::Key << "ep_row_factor" << YAML::Value << c.parallel.ep_row_factor;
+    if (!c.parallel.overlap) e << YAML::Key << "overlap" << YAML::Value << false;
     e << YAML::EndMap;
   }
   e << YAML::Key << "device" << YAML::Value << enum_name(c.device);

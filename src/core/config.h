@@ -208,6 +208,9 @@ struct ParallelConfig {
   // rank's experts), which always fits. Less saves activation memory; a step that routes more
   // rows to a rank stops the run with an error naming this key (it does not change the bits).
   double ep_row_factor = 0;
+  // Sum each block's gradients while the backward computes the blocks below it (a worker thread
+  // runs the collectives; the bits do not depend on it). CPU (host-memory) backends, ep 1.
+  bool overlap = true;
   int world() const { return dp * ep; }
 };
 

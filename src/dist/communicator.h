@@ -58,6 +58,10 @@ class Communicator {
   virtual void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                             const std::vector<int64_t>& recv_bytes) = 0;
   virtual void barrier() = 0;
+  // Whether a thread other than the one that created the communicator may call its collectives
+  // (one thread at a time: dist/comm_worker.h). MPI: when the library provides
+  // MPI_THREAD_SERIALIZED.
+  virtual bool any_thread() const { return true; }
   // Ends every process of the run with `code` (a rank that failed alone must not leave the
   // others waiting in a collective). Does not return.
   [[noreturn]] virtual void abort(int code) = 0;

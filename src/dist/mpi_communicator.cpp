@@ -51,7 +51,7 @@ MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 constexpr int64_t kChunkElems = int64_t(1) << 26;
 
 // Ends the process when a collective has waited longer than the timeout. The thread makes no
-// MPI call (the library runs at MPI_THREAD_FUNNELED): it prints one line and _Exits, and the
+// MPI call (one thread at a time calls MPI: MPI_THREAD_SERIALIZED): it prints one line and _Exits, and the
 // launcher (mpirun) then ends the other ranks.
 class CollectiveWatchdog {
  public:
@@ -115,17 +115,20 @@ class CollectiveWatchdog {
 
 // The root (MPI_COMM_WORLD: initialises and finalises MPI) or a child of split (its own
 // MPI_Comm, freed on destruction). A run's communicators share one watchdog: one collective runs
-// at a time (only the main thread calls MPI), and the timeout is the run's.
+// at a time (one thread at a time calls MPI), and the timeout is the run's.
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(int* argc, char*** argv) : comm_(MPI_COMM_WORLD), root_(true) {
     int provided = 0;
-    ECO_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    // SERIALIZED: the gradient sums run on a worker thread while the main thread computes
+    // (dist/comm_worker.h); one thread calls MPI at a time.
+    ECO_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+    any_thread_ = provided >= MPI_THREAD_SERIALIZED;
     init_ranks();
     watchdog_ = std::make_shared<CollectiveWatchdog>(rank_, world_);  // names the world rank
   }
-  MpiCommunicator(MPI_Comm comm, std::shared_ptr<CollectiveWatchdog> watchdog)
-      : comm_(comm), root_(false), watchdog_(std::move(watchdog)) {
+  MpiCommunicator(MPI_Comm comm, std::shared_ptr<CollectiveWatchdog> watchdog, bool any_thread)
+      : comm_(comm), root_(false), any_thread_(any_thread), watchdog_(std::move(watchdog)) {
     init_ranks();
   }
   ~MpiCommunicator() override {
@@ -142,6 +145,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   std::string name() const override { return "mpi"; }
+  bool any_thread() const override { return any_thread_; }
   void set_timeout(double seconds) override { watchdog_->set_timeout(seconds); }
   void wait_begin(const char* what) override { wait_.emplace(*watchdog_, what); }
   void wait_end() override { wait_.reset(); }
@@ -236,7 +240,7 @@ class MpiCommunicator final : public Communicator {
     check_split_color(color);
     MPI_Comm child = MPI_COMM_NULL;
     ECO_CHECK_MPI(MPI_Comm_split(comm_, color, key, &child));
-    return std::make_unique<MpiCommunicator>(child, watchdog_);
+    return std::make_unique<MpiCommunicator>(child, watchdog_, any_thread_);
   }
   void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                     const std::vector<int64_t>& recv_bytes) override {
@@ -366,6 +370,7 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_;
   const bool root_;  // owns MPI (MPI_COMM_WORLD) rather than a split's MPI_Comm
+  bool any_thread_ = false;  // MPI_THREAD_SERIALIZED provided
   int rank_ = 0, world_ = 1;
   std::shared_ptr<CollectiveWatchdog> watchdog_;
   std::optional<CollectiveWatchdog::Scope> wait_;  // a WaitGuard's

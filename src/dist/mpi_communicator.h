@@ -8,7 +8,8 @@
 
 namespace eco {
 
-// Initialises MPI (thread level FUNNELED: only the main thread calls it) and returns the world
+// Initialises MPI (thread level SERIALIZED: one thread at a time calls it, the main thread or the
+// gradient sums' worker, dist/comm_worker.h) and returns the world
 // communicator. In a build without MPI: an error saying the binary cannot join an MPI job.
 std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv);
 

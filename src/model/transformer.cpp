@@ -42,6 +42,21 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   wpe_ = ctx_.index("wpe");
   norm_f_ = {ctx_.index("norm_f.weight"), ctx_.index("norm_f.bias")};
   head_ = cfg.tie_embeddings ? wte_ : ctx_.index("lm_head.weight");
+  // Each block's parameters are one run of the table (h.l.*, blocks in order), between the
+  // embeddings and the final norm (model/param_table.cpp).
+  grad_ready_bounds_.push_back(0);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const std::string prefix = fmt::format("h.{}.", l);
+    int64_t begin = -1;
+    for (const ParamSpec& sp : table_.specs)
+      if (sp.name.rfind(prefix, 0) == 0) begin = begin < 0 ? sp.offset : std::min(begin, sp.offset);
+    ECO_ASSERT(begin >= 0, "block {} has no parameters", l);
+    grad_ready_bounds_.push_back(begin);
+  }
+  grad_ready_bounds_.push_back(table_[std::string("norm_f.weight")].offset);
+  grad_ready_bounds_.push_back(table_.total);
+  ECO_ASSERT(std::is_sorted(grad_ready_bounds_.begin(), grad_ready_bounds_.end()),
+             "the parameter table is not embeddings, blocks in order, final norm, head");
   tokens_ = be_.alloc("tokens", {N}, DType::I32, MemCategory::Workspace);
   targets_ = be_.alloc("targets", {N}, DType::I32, MemCategory::Workspace);
   losses_ = be_.alloc("losses", {N}, dt, MemCategory::Workspace);
@@ -200,13 +215,20 @@ void Transformer::backward(int B, int T) {
     be_.zero(s.d_resid);
     norm_backward(ctx_, s.d_resid, s.d_norm, x_last, norm_f_, norm_f_acts_, N);
   }
+  const std::vector<int64_t>& b = grad_ready_bounds_;
+  const auto ready = [&](size_t k) {  // range k of grad_ready_bounds() is final
+    if (grad_ready_ && b[k] < b[k + 1]) grad_ready_(b[k], b[k + 1]);
+  };
+  ready(b.size() - 2);
   // Invariant at the top of each iteration: d_resid = dL/d(output of block l).
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const ScopedRange range(be_, backward_range_[l].c_str());
     blocks_[l]->backward(ctx_, s, l == 0 ? encoded_ : blocks_[l - 1]->output(), B, T);
+    ready(size_t(l) + 1);
   }
   if (cfg_.scale_embeddings) be_.scale_inplace(s.d_resid, embedding_scale(), int64_t(N) * C);
   be_.embedding_backward(ctx_.g(wte_), ctx_.g(wpe_), s.d_resid, tokens_, B, T, C);
+  ready(0);
 }
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,

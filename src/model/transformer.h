@@ -5,6 +5,7 @@
 // whole-batch calls.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,16 @@ class Transformer {
   // accumulates gradients of (loss * loss_scale) into grads(). Tokens are host arrays (B, T).
   double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                           float loss_scale);
+  // Called by backward() each time a contiguous range [begin, end) of grads() holds its final
+  // value for the micro-batch: the final norm and head, then each block from the last, then the
+  // embeddings (and the tied head), together the whole of grads() in that order. The data-
+  // parallel gradient sum of a range overlaps the backward of the blocks below it
+  // (train/trainer.cpp). Empty (the default): no calls.
+  using GradReadyFn = std::function<void(int64_t begin, int64_t end)>;
+  void set_grad_ready(GradReadyFn f) { grad_ready_ = std::move(f); }
+  // The ranges' bounds in table order: 0, block 0's first offset, ..., block L-1's, the final
+  // norm's, grads().numel().
+  const std::vector<int64_t>& grad_ready_bounds() const { return grad_ready_bounds_; }
   // Forward only: the mean loss (evaluation).
   double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
   // Forward only: logits on the backend, valid until the next call. The buffer holds
@@ -97,6 +108,8 @@ class Transformer {
   ParamStore store_;
   int max_batch_;
   Tensor grads_;
+  GradReadyFn grad_ready_;
+  std::vector<int64_t> grad_ready_bounds_;
   ModelContext ctx_;  // cfg_, be_, store_, grads_ for the blocks
   int wte_, wpe_, head_;
   NormRef norm_f_;

@@ -91,6 +91,12 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   inputs_.resize(batch_tokens);
   targets_.resize(batch_tokens);
   grad_acc_ = alloc_trainer_buffers(*backend_, cfg_, *model_);
+  if (par.overlap && comm_->world() > 1) {
+    // Every rank must sum the same ranges in the same order: overlap only if all can.
+    double cannot = ep_.enabled() || !backend_->host_memory() || !comm_->any_thread() ? 1 : 0;
+    comm_->all_reduce_max(&cannot, 1);
+    if (cannot == 0) overlap_ = std::make_unique<CommWorker>();
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -279,6 +285,17 @@ void Trainer::log_run_header() {
     log_.info("training {} steps of {} tokens ({} x {} x {} accum), {} threads",
               cfg_.total_steps(), cfg_.tokens_per_step(), tc.batch_size, cfg_.model.seq_len,
               tc.grad_accum, omp_get_max_threads());
+  if (comm_->world() > 1) {
+    if (overlap_)
+      log_.info("gradient sums overlap the backward: each block's, over the ranks in rank order, "
+                "on a worker thread while the blocks below it compute (parallel.overlap)");
+    else
+      log_.info("gradient sums after the backward ({})",
+                !cfg_.parallel.overlap      ? "parallel.overlap: false"
+                : ep_.enabled()             ? "no overlap under expert parallelism yet"
+                : !backend_->host_memory() ? "no overlap on a device backend yet"
+                                            : "no overlap: MPI without MPI_THREAD_SERIALIZED on some rank");
+  }
   if (opt_->sharded()) {
     const ZeroShards& sh = opt_->shards();
     const int64_t total = model_->table().total;
@@ -308,11 +325,27 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     }
     const ScopedRange range(*backend_, "forward + backward");
     model_->zero_grad();
-    loss_sum += model_->forward_backward(inputs_.data(), targets_.data(), B, T,
-                                         1.0f / float(tc.grad_accum * cfg_.parallel.world()));
-    if (tc.grad_accum > 1) backend_->add_inplace(grad_acc_, model_->grads(), grad_acc_.numel());
+    // parallel.overlap: the last micro-batch's gradients are summed over the ranks block by
+    // block as the backward finishes them (on_grads_ready).
+    const bool overlapped = overlap_ && micro == tc.grad_accum - 1;
+    if (overlapped)
+      model_->set_grad_ready([this](int64_t begin, int64_t end) { on_grads_ready(begin, end); });
+    try {
+      loss_sum += model_->forward_backward(inputs_.data(), targets_.data(), B, T,
+                                           1.0f / float(tc.grad_accum * cfg_.parallel.world()));
+    } catch (...) {
+      model_->set_grad_ready({});
+      throw;
+    }
+    if (overlapped) {
+      model_->set_grad_ready({});
+      const ScopedRange wait_range(*backend_, "gradient sums (overlapped): wait");
+      overlap_->wait();
+    } else if (tc.grad_accum > 1) {
+      backend_->add_inplace(grad_acc_, model_->grads(), grad_acc_.numel());
+    }
   }
-  reduce_gradients();
+  if (!overlap_) reduce_gradients();
   if (comm_->world() > 1) comm_->all_reduce_sum(&loss_sum, 1);  // in rank order, as the grads
   loss_sum /= cfg_.parallel.world();
   r.loss = loss_sum / tc.grad_accum;
@@ -399,6 +432,30 @@ void Trainer::reduce_gradients() {
   backend_->copy_to_host(grads_host_.data(), g);
   reduce(grads_host_.data());
   backend_->copy_from_host(g, grads_host_.data());
+}
+
+void Trainer::on_grads_ready(int64_t begin, int64_t end) {
+  const Tensor& g = model_->grads();
+  if (cfg_.train.grad_accum > 1) {  // as after the loop and in reduce_gradients, on this range
+    const Tensor gr = g.slice(begin, {end - begin}), acc = grad_acc_.slice(begin, {end - begin});
+    backend_->add_inplace(acc, gr, end - begin);
+    backend_->zero(gr);
+    backend_->add_inplace(gr, acc, end - begin);
+  }
+  overlap_->post([this, begin, end] { reduce_grad_range(begin, end); });
+}
+
+void Trainer::reduce_grad_range(int64_t begin, int64_t end) {
+  float* x = model_->grads().as<float>() + begin;
+  if (!opt_->sharded()) {
+    comm_->all_reduce_sum(x, end - begin);
+    return;
+  }
+  // ZeRO-1: the ranks' ranges cut to [begin, end), relative to begin.
+  std::vector<int64_t> bounds(grad_bounds_.size());
+  for (size_t r = 0; r < bounds.size(); ++r)
+    bounds[r] = std::clamp(grad_bounds_[r], begin, end) - begin;
+  comm_->reduce_scatter_sum(x, bounds);
 }
 
 bool Trainer::stop_agreed(const StopSignals& stop) {

@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "data/loader.h"
+#include "dist/comm_worker.h"
 #include "dist/communicator.h"
 #include "model/backend.h"
 #include "model/transformer.h"
@@ -93,6 +94,13 @@ class Trainer {
   // ((0 + g_0) + g_1) + ..., micro-batches in order on each rank, then the ranks' sums in rank
   // order. One micro-batch a rank on N ranks gives one rank's N micro-batches bit for bit.
   void reduce_gradients();
+  // parallel.overlap, the step's last micro-batch: [begin, end) of grads() is final on this rank
+  // (Transformer::set_grad_ready): folds in the earlier micro-batches' sum as reduce_gradients()
+  // does and posts the range's sum over the ranks to overlap_.
+  void on_grads_ready(int64_t begin, int64_t end);
+  // The sum over the ranks of [begin, end) of grads() (host memory; the ZeRO-1 reduce-scatter's
+  // part of it under zero 1): element by element what reduce_gradients() computes.
+  void reduce_grad_range(int64_t begin, int64_t end);
   // device: cuda with several ranks: NCCL when every rank can use it (device_comm_), logged.
   void start_device_communicator();
   // A stop signal seen by any rank (every rank must leave the loop at the same step).
@@ -133,6 +141,10 @@ class Trainer {
   Tensor grad_acc_;  // the micro-batches' gradient sum (grad_accum > 1; grads()' shape)
   std::vector<float> grads_host_;  // device: cuda with several ranks: the sum goes through it
   std::vector<int64_t> grad_bounds_;  // ZeRO-1: the ranks' ranges of the flat gradient
+  // parallel.overlap: the worker that sums gradients during the backward; null when the sum runs
+  // after it (one rank, expert parallelism, a device backend, or MPI without
+  // MPI_THREAD_SERIALIZED). Last: stopped before the buffers its jobs write.
+  std::unique_ptr<CommWorker> overlap_;
 };
 
 }  // namespace eco

@@ -1,7 +1,8 @@
 # Data parallelism over MPI (issue 14): N ranks of one micro-batch each end with the training
 # state (weights, FP8 codes and scales, m and v) byte-identical to one rank accumulating N
 # micro-batches, under fp32, bf16-mw and fp8-eco-sr (2 ranks), a sigmoid_bias sparse MoE (2
-# ranks: its bias balances on the loads summed over ranks) and fp8-eco-sr (4 ranks); a control
+# ranks: its bias balances on the loads summed over ranks) and fp8-eco-sr (4 ranks; 2 ranks of 2
+# micro-batches; the gradient sums overlapping the backward or after it); a control
 # that must differ (one rank, one micro-batch) shows the comparison can fail. A run resumes at
 # another world size (2 ranks -> 1 rank accumulating 2, and back) byte for byte. The launch is
 # checked too: a world that does not match parallel.dp, ranks whose configs differ, a rank
@@ -44,6 +45,21 @@ same one_moe dp2_moe
 run one4 1 --set train.grad_accum=4
 run dp4 4
 same one4 dp4
+# parallel.overlap (default): the last micro-batch's gradients are summed block by block during
+# the backward, on a worker thread; the bits equal the sum after the backward (overlap false),
+# with and without gradient accumulation (the earlier micro-batches folded in per block).
+grep -q "gradient sums overlap the backward" dp2_fp8-eco-sr.log ||
+  { grep "gradient sums" dp2_fp8-eco-sr.log; fail "2 ranks on the cpu did not overlap the gradient sums"; }
+run dp2_after 2 --set parallel.overlap=false
+grep -q "gradient sums after the backward (parallel.overlap: false)" dp2_after.log ||
+  fail "overlap false: no log line saying the sums run after the backward"
+same dp2_after dp2_fp8-eco-sr
+# (2 ranks of 2 micro-batches sum ((0 + g0) + g1) + ((0 + g2) + g3) in rank order: another
+# order than one rank's 4, so they are compared with each other.)
+run dp2_acc2 2 --set train.grad_accum=2
+run dp2_acc2_after 2 --set train.grad_accum=2 --set parallel.overlap=false
+same dp2_acc2 dp2_acc2_after
+echo "ok: overlapped gradient sums equal the sums after the backward, accumulation included"
 # The control: one rank, one micro-batch a step, is a different training.
 run control 1
 if "$CKPT" diff "$WORK/control/ckpt_00000010.bin" "$WORK/dp2_fp8-eco-sr/ckpt_00000010.bin" \

@@ -438,6 +438,16 @@ TEST(ConfigParallel, RefusesWhatIsNotBuiltOrOutOfRange) {
   expect_config_error(base_yaml("parallel: {timeout_s: -1}\n"),
                       {kOrigin, "parallel.timeout_s", "0 (wait forever)"});
   expect_config_error(base_yaml("parallel: {timeout_s: .nan}\n"), {kOrigin, "parallel.timeout_s"});
+  expect_config_error(base_yaml("parallel: {overlap: sometimes}\n"),
+                      {kOrigin, "parallel.overlap", "true or false"});
+}
+
+// parallel.overlap: on by default; false survives the resolved config's round trip.
+TEST(ConfigParallel, OverlapDefaultsToTrueAndRoundTrips) {
+  EXPECT_TRUE(parse(base_yaml("")).parallel.overlap);
+  const eco::Config off = parse(base_yaml("parallel: {dp: 2, overlap: false}\n"));
+  EXPECT_FALSE(off.parallel.overlap);
+  EXPECT_FALSE(parse(eco::to_yaml(off)).parallel.overlap);
 }
 
 // parallel.ep splits the routed experts: a MoE model whose expert count it divides,
