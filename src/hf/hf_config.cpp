@@ -140,7 +140,9 @@ std::vector<Key> config_keys(const ModelConfig& m, HfArch a) {
   add({"moe_intermediate_size"}, e.expert_hidden, nullptr, "model.moe.expert_hidden");
   add({"n_routed_experts"}, e.n_experts, nullptr, "model.moe.n_experts");
   add({"num_experts_per_tok"}, e.top_k, nullptr, "model.moe.top_k");
-  add({"n_shared_experts"}, e.n_shared_experts, nullptr, "model.moe.n_shared_experts");
+  // None, not 0, when there are none: DeepSeek-MoE builds a shared MLP unless it is None.
+  add({"n_shared_experts"}, e.n_shared_experts > 0 ? json(e.n_shared_experts) : json(nullptr),
+      nullptr, "model.moe.n_shared_experts");
   add({"first_k_dense_replace"}, e.first_dense, 0, "model.moe.first_dense");
   add({"moe_layer_freq"}, e.every, 1, "model.moe.every");
   add({"norm_topk_prob"}, e.router == MoeRouter::TopkSoftmax || e.norm_topk, false,
@@ -157,6 +159,8 @@ json with_derived_defaults(json f, HfArch a) {
       f["n_inner"] = 4 * f["n_embd"].get<int64_t>();
     return f;
   }
+  if (a == HfArch::DeepseekMoe && f.contains("n_shared_experts") && f["n_shared_experts"] == 0)
+    f["n_shared_experts"] = nullptr;
   if (!f.contains("num_key_value_heads") && f.contains("num_attention_heads"))
     f["num_key_value_heads"] = f["num_attention_heads"];
   const bool heads = f.contains("hidden_size") && f.contains("num_attention_heads") &&

@@ -58,7 +58,10 @@ HfArch hf_arch_of(const ModelConfig& m) {
   const bool renormalised = e.router == MoeRouter::TopkSoftmax || e.norm_topk;
   if (e.n_shared_experts == 0 && e.first_dense == 0 && e.every == 1 && renormalised)
     return HfArch::Mixtral;
-  // DeepSeek-MoE: layer l is MoE when l >= first_k_dense_replace and l % moe_layer_freq == 0.
+  // DeepSeek-MoE: layer l is MoE when l >= first_k_dense_replace and l % moe_layer_freq == 0,
+  // and heads are hidden_size / num_attention_heads wide.
+  if (m.head_dim() * m.n_head != m.d_model)
+    refuse("DeepSeek-MoE's heads are d_model / n_head wide (model.head_dim)");
   if (e.every > 1 && e.first_dense % e.every != 0)
     refuse(fmt::format("DeepSeek-MoE puts experts in layers l >= first_k_dense_replace with l % "
                        "moe_layer_freq == 0, which model.moe.first_dense {} and every {} do not "

@@ -20,6 +20,7 @@
 #include "hf/hf_checkpoint.h"
 #include "hf/hf_export.h"
 #include "hf/hf_import.h"
+#include "hf/hf_layout.h"
 #include "kernels/common/bf16.h"
 #include "model/backend.h"
 #include "model/transformer.h"
@@ -113,6 +114,29 @@ TEST(HfRoundTrip, Gemma3F32IsBitExact) { expect_f32_round_trip_bit_exact(kGemma3
 TEST(HfRoundTrip, MixtralF32IsBitExact) { expect_f32_round_trip_bit_exact(kMixtral); }
 TEST(HfRoundTrip, DeepseekMoeWithSharedExpertsF32IsBitExact) {
   expect_f32_round_trip_bit_exact(kDeepseekMoe);
+}
+
+TEST(HfRoundTrip, DeepseekMoeWithoutSharedExpertsF32IsBitExact) {
+  expect_f32_round_trip_bit_exact(
+      "family: llama, n_layer: 2, n_head: 2, d_model: 16, vocab_size: 24, seq_len: 8, "
+      "moe: {n_experts: 4, top_k: 2, expert_hidden: 8, router: softmax_topk}");
+}
+
+// Mixtral where transformers' Mixtral computes the same gates; DeepSeek-MoE's naming otherwise.
+TEST(HfLayout, PicksMixtralOnlyWhereItsRouterAndLayersMatch) {
+  const auto arch = [](const std::string& moe) {
+    return eco::hf_arch_of(config("family: llama, n_layer: 2, n_head: 2, d_model: 16, "
+                                  "vocab_size: 24, seq_len: 8, moe: {n_experts: 4, top_k: 2, "
+                                  "expert_hidden: 8" + moe + "}").model);
+  };
+  EXPECT_EQ(arch(""), eco::HfArch::Mixtral);  // topk_softmax
+  EXPECT_EQ(arch(", router: softmax_topk, norm_topk: true"), eco::HfArch::Mixtral);
+  EXPECT_EQ(arch(", router: softmax_topk"), eco::HfArch::DeepseekMoe);  // no renormalisation
+  EXPECT_EQ(arch(", n_shared_experts: 1"), eco::HfArch::DeepseekMoe);
+  EXPECT_EQ(arch(", first_dense: 1"), eco::HfArch::DeepseekMoe);
+  expect_usage_error([&] { arch(", router: sigmoid_bias"); }, {"sigmoid_bias"});
+  expect_usage_error([&] { arch(", every: 2, first_dense: 1"); },
+                     {"first_k_dense_replace", "moe_layer_freq"});
 }
 
 TEST(HfRoundTrip, Bf16ExportRoundsEachWeightToNearestBf16) {
