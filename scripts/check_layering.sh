@@ -42,7 +42,7 @@ check kernels/common 'dist/' 'kernels/common is below src/dist'
 check kernels/cpu 'dist/' 'the CPU kernels use nothing of src/dist'
 check kernels/cuda 'dist/' 'kernels/cuda may include only the communicator interfaces of src/dist' \
   '"dist/(device_)?communicator\.h"'
-for d in src/core src/quant src/model src/optim src/data src/train; do
+for d in src/core src/quant src/model src/optim src/data src/train src/hf; do
   check "$d" 'kernels/(cpu|cuda)/' 'the library reaches the backends only through model/backend.h'
 done
 check src/core '(src/|model/|optim/|train/|data/|cli/|quant/|dist/)' 'src/core includes no other src/ folder'

@@ -1,6 +1,7 @@
-// eco-train: train a model from a YAML config.
+// eco-train: train a model from a YAML config, or export a checkpoint for Hugging Face.
 //   eco-train CONFIG.yaml [--set key=value]... [--plan] [--resume[=CHECKPOINT] |
 //             --resume-if-present] [--overwrite]
+//   eco-train export CHECKPOINT --out DIR [--dtype bf16|f32] [--shard-size BYTES] [--codes]
 // Exit codes: 0, 1 (I/O, checkpoint, divergence), 2 (usage, config, run directory), 3 (data),
 // 130 / 143 (stopped by SIGINT / SIGTERM after its checkpoint).
 #include <spdlog/spdlog.h>
@@ -14,6 +15,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "hf/hf_export.h"
 #include "kernels/cpu/blas_runtime.h"
 #include "train/memory_check.h"
 #include "train/trainer.h"
@@ -31,7 +33,73 @@ constexpr const char* kUsage =
     "  --resume=PATH        continue from a specific checkpoint file\n"
     "  --resume-if-present  as --resume when train.out_dir holds a checkpoint, else start\n"
     "  --overwrite          start over in a train.out_dir holding an earlier run's checkpoints,\n"
-    "                       deleting them (without it such a start is refused)\n";
+    "                       deleting them (without it such a start is refused)\n"
+    "\n"
+    "usage: eco-train export CHECKPOINT --out DIR [--dtype bf16|f32] [--shard-size BYTES] [--codes]\n"
+    "  writes the checkpoint's model as a Hugging Face checkpoint: DIR/config.json and\n"
+    "  DIR/model.safetensors (gpt2 -> GPT2LMHeadModel, llama -> LlamaForCausalLM, gemma3 ->\n"
+    "  Gemma3ForCausalLM, llama + model.moe -> MixtralForCausalLM or DeepSeek-MoE's naming)\n"
+    "  --dtype bf16|f32      dtype of the weights (default bf16; quantized ones dequantized)\n"
+    "  --shard-size BYTES    above this, shards + model.safetensors.index.json (default 5GB;\n"
+    "                        suffixes KB MB GB, KiB MiB GiB)\n"
+    "  --codes               quantized weights as NAME.codes (u8) + NAME.scales (f32)\n";
+
+// BYTES, or BYTES with a decimal (KB, MB, GB) or binary (KiB, MiB, GiB) suffix.
+uint64_t parse_bytes(const std::string& text) {
+  size_t end = 0;
+  uint64_t n = 0;
+  try {
+    n = std::stoull(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  const std::string suffix = text.substr(end);
+  const std::pair<const char*, uint64_t> units[] = {
+      {"", 1},          {"B", 1},           {"KB", 1000},      {"MB", 1000000},
+      {"GB", 1000000000}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}};
+  for (const auto& [name, scale] : units)
+    if (end > 0 && suffix == name && n > 0 && n <= (uint64_t(1) << 50) / scale) return n * scale;
+  eco::usage_error("--shard-size '{}': expected a positive number of bytes (e.g. 5GB, 500MiB)",
+                   eco::clip_for_message(text));
+}
+
+int run_export(int argc, char** argv) {
+  std::string checkpoint;
+  eco::HfExportOptions opts;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) eco::usage_error("{} needs a value (see eco-train --help)", flag);
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--out") {
+      opts.out_dir = value("--out");
+    } else if (a == "--dtype") {
+      const std::string d = value("--dtype");
+      if (d == "bf16") opts.dtype = eco::StDType::BF16;
+      else if (d == "f32") opts.dtype = eco::StDType::F32;
+      else eco::usage_error("--dtype '{}': expected bf16 or f32", eco::clip_for_message(d));
+    } else if (a == "--shard-size") {
+      opts.shard_bytes = parse_bytes(value("--shard-size"));
+    } else if (a == "--codes") {
+      opts.codes = true;
+    } else if (!a.empty() && a[0] == '-') {
+      eco::usage_error("export: unknown option '{}' (see eco-train --help)", a);
+    } else if (checkpoint.empty()) {
+      checkpoint = a;
+    } else {
+      eco::usage_error("export: unexpected argument '{}' (one checkpoint expected)", a);
+    }
+  }
+  if (checkpoint.empty()) eco::usage_error("export: no checkpoint given (usage: eco-train export CHECKPOINT --out DIR)");
+  if (opts.out_dir.empty()) eco::usage_error("export: --out DIR is required");
+  const std::vector<std::string> files = eco::export_hf(checkpoint, opts);
+  for (const std::string& f : files) std::printf("wrote %s\n", f.c_str());
+  return 0;
+}
 
 // FNV-1a of the text: the same on every rank for the same bytes.
 uint64_t fnv1a(const std::string& text) {
@@ -64,6 +132,10 @@ void check_ranks_agree(const eco::Config& cfg, eco::Communicator& comm) {
 }
 
 int run(int argc, char** argv, eco::Communicator& comm) {
+  if (argc > 1 && std::string(argv[1]) == "export") {
+    if (comm.world() > 1) eco::usage_error("export runs as one process (not under mpirun)");
+    return run_export(argc, argv);
+  }
   std::string config_path;
   std::vector<std::string> overrides;
   bool plan = false;

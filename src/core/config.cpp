@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -127,6 +128,7 @@ Config from_node(YAML::Node root, const std::string& origin) {
     r.get("rope_local_theta", m.rope_local_theta);
     r.get("query_pre_attn_scalar", m.query_pre_attn_scalar);
     read_moe_config(r, m, origin);
+    r.get("init_from", m.init_from);
     r.finish();
     using L = ConfigLimits;
     require_range(m.n_layer, 1, L::kMaxLayers, origin, "model.n_layer");
@@ -179,6 +181,19 @@ Config from_node(YAML::Node root, const std::string& origin) {
     require_finite(m.rope_theta, 1, 1e12, origin, "model.rope_theta");
     require(m.norm_eps > 0 && m.norm_eps <= 1, origin, "model.norm_eps",
             fmt::format("must be a finite number in (0, 1], got {}", m.norm_eps));
+    if (!m.init_from.empty()) {
+      std::error_code ec;
+      const std::filesystem::path dir(m.init_from);
+      require(std::filesystem::is_directory(dir, ec), origin, "model.init_from",
+              fmt::format("'{}' is not a directory (a Hugging Face checkpoint directory holding "
+                          "config.json and model.safetensors was expected)",
+                          clip_for_message(m.init_from)));
+      require(std::filesystem::is_regular_file(dir / "config.json", ec), origin,
+              "model.init_from",
+              fmt::format("'{}' holds no config.json (a Hugging Face checkpoint directory was "
+                          "expected)",
+                          clip_for_message(m.init_from)));
+    }
   }
   {
     SectionReader r(root["data"], "data", origin);
@@ -448,6 +463,8 @@ std::string to_yaml(const Config& c) {
   for (const auto& [key, value] : attention_keys(c.model))
     e << YAML::Key << key << YAML::Value << value;
   if (c.model.moe.enabled()) write_moe_yaml(e, c.model.moe);
+  // Only when set, so that the resolved config of other runs stays byte for byte.
+  if (!c.model.init_from.empty()) e << YAML::Key << "init_from" << YAML::Value << c.model.init_from;
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "source" << YAML::Value << enum_name(c.data.source);

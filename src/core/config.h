@@ -105,6 +105,9 @@ struct ModelConfig {
   bool qk_norm = false;           // RMSNorm over head_dim of every q and k head, before RoPE
   bool norm_unit_offset = false;  // norms scale by (1 + w), w initialised to 0 (Gemma)
   bool scale_embeddings = false;  // token embeddings times sqrt(d_model) after the lookup
+  // A Hugging Face checkpoint directory (config.json + safetensors) whose weights replace the
+  // random initialisation of a fresh run (src/hf/hf_import.h); "" for none. --resume ignores it.
+  std::string init_from;
 
   int head_dim() const { return head_dim_override > 0 ? head_dim_override : d_model / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

@@ -156,6 +156,22 @@ void ParamStore::get(size_t i, void* host) {
   }
 }
 
+void ParamStore::set_codes(size_t i, const uint8_t* codes, const float* scales) {
+  ECO_ASSERT(present(i) && quantized(i), "set_codes: parameter '{}' is not a quantized one here",
+             table_.specs[i].name);
+  QTensor& q = *qt_[i];
+  be_.copy_from_host(q.codes, codes);
+  be_.copy_from_host(q.scales, scales);
+  if (!value_[i].empty()) be_.dequantize(value_[i], q);
+}
+
+void ParamStore::get_codes(size_t i, uint8_t* codes, float* scales) {
+  ECO_ASSERT(present(i) && quantized(i), "get_codes: parameter '{}' is not a quantized one here",
+             table_.specs[i].name);
+  be_.copy_to_host(codes, qt_[i]->codes);
+  be_.copy_to_host(scales, qt_[i]->scales);
+}
+
 std::vector<std::pair<std::string, Tensor>> ParamStore::state() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < table_.specs.size(); ++i) {

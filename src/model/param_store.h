@@ -77,6 +77,12 @@ class ParamStore {
   // float values, quantized RTN on set; dequantized on get).
   void set(size_t i, const void* host);
   void get(size_t i, void* host);
+  // Set quantized parameter i from host codes and scales in its own layout (qtensor(i)'s format,
+  // granularity and sizes): an exact copy, no requantization. A master copy (mw treatments)
+  // becomes the dequantized weight.
+  void set_codes(size_t i, const uint8_t* codes, const float* scales);
+  // Read quantized parameter i's codes and scales to host buffers of its layout's sizes.
+  void get_codes(size_t i, uint8_t* codes, float* scales);
 
   // Whether this rank holds parameter i (see the constructor's `absent`).
   bool present(size_t i) const { return absent_.empty() || !absent_[i]; }

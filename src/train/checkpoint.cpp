@@ -4,8 +4,6 @@
 // where str = u64 length + bytes.
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/input_file.h"
@@ -24,20 +23,14 @@ namespace {
 constexpr char kMagic[8] = {'E', 'C', 'O', 'C', 'K', 'P', 'T', '\0'};
 constexpr uint32_t kVersion = 1;
 
+// Writes through an AtomicFile, keeping the running CRC32 of every byte.
 class Writer {
  public:
-  explicit Writer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  explicit Writer(AtomicFile& file) : file_(file) {}
   void bytes(const void* p, size_t n) {
     if (n == 0) return;  // crc32_z(crc, nullptr, 0) would reset the running checksum
     crc_ = crc32_z(crc_, static_cast<const Bytef*>(p), n);
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) runtime_error("{}: write failed: {}", path_, std::strerror(errno));
-      c += w;
-      n -= size_t(w);
-    }
+    file_.write(p, n);
   }
   template <class T>
   void pod(T v) { bytes(&v, sizeof v); }
@@ -48,8 +41,7 @@ class Writer {
   uLong crc() const { return crc_; }
 
  private:
-  int fd_;
-  std::string path_;
+  AtomicFile& file_;
   uLong crc_ = crc32_z(0L, Z_NULL, 0);
 };
 
@@ -94,47 +86,23 @@ const std::vector<char>& CheckpointState::section(const std::string& name,
 }
 
 void save_checkpoint(const std::string& path, const CheckpointState& st) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) runtime_error("{}: cannot create checkpoint: {}", tmp, std::strerror(errno));
-  try {
-    Writer w(fd, tmp);
-    w.bytes(kMagic, sizeof kMagic);
-    w.pod<uint32_t>(kVersion);
-    w.pod<int64_t>(st.step);
-    w.pod<int64_t>(st.tokens);
-    w.str(st.fingerprint);
-    w.str(st.config_yaml);
-    w.pod<uint32_t>(uint32_t(st.sections.size()));
-    for (const auto& [name, blob] : st.sections) {
-      w.str(name);
-      w.pod<uint64_t>(blob.size());
-      w.bytes(blob.data(), blob.size());
-    }
-    const uint32_t crc = uint32_t(w.crc());
-    w.bytes(&crc, sizeof crc);
-    if (::fsync(fd) != 0) runtime_error("{}: fsync failed: {}", tmp, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  AtomicFile file(path);
+  Writer w(file);
+  w.bytes(kMagic, sizeof kMagic);
+  w.pod<uint32_t>(kVersion);
+  w.pod<int64_t>(st.step);
+  w.pod<int64_t>(st.tokens);
+  w.str(st.fingerprint);
+  w.str(st.config_yaml);
+  w.pod<uint32_t>(uint32_t(st.sections.size()));
+  for (const auto& [name, blob] : st.sections) {
+    w.str(name);
+    w.pod<uint64_t>(blob.size());
+    w.bytes(blob.data(), blob.size());
   }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    runtime_error("{}: close failed: {}", tmp, std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    runtime_error("{}: cannot rename checkpoint into place: {}", path, std::strerror(errno));
-  }
-  // Make the rename itself durable.
-  const std::string dir = fs::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  const uint32_t crc = uint32_t(w.crc());
+  w.bytes(&crc, sizeof crc);
+  file.commit();
 }
 
 CheckpointState load_checkpoint(const std::string& path) {

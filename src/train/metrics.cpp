@@ -1,9 +1,6 @@
 // metrics.jsonl handling and small atomic file writers.
 #include "train/metrics.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -11,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace eco {
@@ -63,34 +61,9 @@ double recorded_metric(const std::string& out_dir, int64_t step, const char* key
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  // Temp file, every write and the fsync and close checked, then rename: a full disk is an
-  // error naming the file, never a silently empty or torn one.
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) runtime_error("{}: cannot open for writing: {}", tmp, std::strerror(errno));
-  const auto fail = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    runtime_error("{}: {} failed: {}", tmp, what, std::strerror(err));
-  };
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail("write");
-    done += size_t(w);
-  }
-  if (::fsync(fd) != 0 && errno != EINVAL) fail("fsync");  // EINVAL: a file that cannot sync
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    runtime_error("{}: close failed: {}", tmp, std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    runtime_error("{}: cannot rename into place: {}", path, std::strerror(err));
-  }
+  AtomicFile file(path);
+  file.write(text.data(), text.size());
+  file.commit();
 }
 
 void write_json_file(const std::string& path, const nlohmann::json& j) {

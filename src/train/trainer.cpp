@@ -13,6 +13,7 @@
 
 #include "core/config_reader.h"
 #include "core/error.h"
+#include "hf/hf_import.h"
 #include "train/evaluator.h"
 #include "train/memory_check.h"
 #include "train/run_summary.h"
@@ -207,7 +208,7 @@ void Trainer::start_or_resume(const RunOptions& opts, Progress& p) {
                 "summary in {}",
                 existing.size(), run_dir_.path());
     }
-    model_->init_weights(cfg_.train.seed);
+    init_weights();
     return;
   }
   // The newest checkpoint that loads; newer damaged ones are set aside, named.
@@ -233,7 +234,19 @@ void Trainer::start_or_resume(const RunOptions& opts, Progress& p) {
                   "there is none)",
                   run_dir_.path());
   log_.warn("--resume-if-present: no checkpoint in {}, starting from scratch", run_dir_.path());
-  model_->init_weights(cfg_.train.seed);
+  init_weights();
+}
+
+void Trainer::init_weights() {
+  if (cfg_.model.init_from.empty()) {
+    model_->init_weights(cfg_.train.seed);
+    return;
+  }
+  // Every rank reads the directory (data parallelism: the same weights everywhere; expert
+  // parallelism: each rank only its own experts, the others are absent from its store).
+  import_hf(cfg_.model.init_from, cfg_.model, model_->store());
+  log_.info("weights from the Hugging Face checkpoint {} (model.init_from), stored as {}",
+            cfg_.model.init_from, cfg_.precision.treatment.name);
 }
 
 bool Trainer::finished_run_intact(Progress& p) {

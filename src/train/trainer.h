@@ -82,6 +82,8 @@ class Trainer {
 
   // Sets p.start, p.step, p.saved and p.resumed.
   void start_or_resume(const RunOptions& opts, Progress& p);
+  // A fresh start's weights: random (train.seed), or model.init_from's checkpoint.
+  void init_weights();
   // Restores a loaded checkpoint; returns its step.
   int64_t restore(const CheckpointState& st, const std::string& path);
   // Resuming at the last step: true when summary.json of the finished run is intact (nothing

@@ -502,3 +502,24 @@ TEST(ConfigParallel, ResumesAtAnotherWorldSizeWithTheSameMicroBatches) {
             std::string::npos)
       << diffs[0];
 }
+
+// ---- model.init_from ----------------------------------------------------------------------------
+TEST(Config, InitFromMustBeACheckpointDirectory) {
+  expect_config_error(base_yaml(), {"cfg.yaml", "model.init_from", "/no/such/dir", "not a directory"},
+                      {"model.init_from=/no/such/dir"});
+  expect_config_error(base_yaml(), {"model.init_from", "holds no config.json"},
+                      {"model.init_from=/tmp"});
+  expect_config_error(base_yaml(), {"model.init_from"}, {"model.init_from=[1, 2]"});
+}
+
+TEST(Config, InitFromIsInTheResolvedConfigOnlyWhenSetAndNotInTheFingerprint) {
+  const std::string dir = std::string(ECO_FIXTURE_DIR) + "/hf/gpt2";
+  const Config set = parse(base_yaml(), {"model.init_from=" + dir});
+  const Config unset = parse(base_yaml());
+  EXPECT_EQ(set.model.init_from, dir);
+  EXPECT_NE(eco::to_yaml(set).find("init_from: " + dir), std::string::npos);
+  EXPECT_EQ(eco::to_yaml(unset).find("init_from"), std::string::npos);
+  // A run resumed without it (or from another directory) continues the same training.
+  EXPECT_EQ(eco::model_fingerprint(set), eco::model_fingerprint(unset));
+  EXPECT_EQ(parse(eco::to_yaml(set)).model.init_from, dir);
+}
