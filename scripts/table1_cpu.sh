@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The ECO paper's Table 1 at our scale, on real text, on 2 CPU cores: prepares LM1B's two heldout
+# The ECO paper's Table 1 at our scale, on real text, on 2 CPU cores (one per size: the
+# configs train on one thread each, and `both` runs the two sizes side by side): prepares LM1B's two heldout
 # sections beside the checkout as 1024-token BPE shards (data/lm1b-all-bpe1024, git-ignored; a
 # no-op when up to date), then trains the five treatments (bf16-mw, fp8-mw-rtn, fp8-naive-sr,
 # fp8-eco-rtn, fp8-eco-sr) at two sizes, configs/table1/lm1b-s.yaml (213,568 non-embedding
@@ -20,6 +21,12 @@ for f in "$lm1b/1b_benchmark.dev.tokens" "$lm1b/1b_benchmark.test.tokens"; do
 done
 python3 data/prepare.py --input "$lm1b/1b_benchmark.dev.tokens" "$lm1b/1b_benchmark.test.tokens" \
   --val-fraction 0.05 --format lines --out data/lm1b-all-bpe1024 --tokenizer bpe --vocab-size 1024
+pids=()
 for s in "${sizes[@]}"; do
-  scripts/reproduce.sh configs/table1/lm1b-$s.yaml --name table1-lm1b-$s --paper 30m "$@"
+  scripts/reproduce.sh configs/table1/lm1b-$s.yaml --name table1-lm1b-$s --paper 30m "$@" \
+    > >(sed -u "s/^/[$s] /") 2>&1 &
+  pids+=($!)
 done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+exit $rc
