@@ -10,6 +10,12 @@ them; where only some parameters are quantized, e.g. an MoE's experts, this is w
 and gap_to_bf16.png (val loss minus bf16-mw's at the same step, over training).
 
     python3 scripts/summarize_treatments.py runs/NAME --out results/NAME [--paper 30m|100m|800m]
+                                            [--vs TREATMENT]
+
+Only folders named after a treatment are read (a sweep's folder may hold others, e.g. the
+pretraining run of a fine-tune). Runs started from a Hugging Face checkpoint (model.init_from)
+add the imported weights' val loss (summary.json initial_val_loss, metrics.jsonl step 0) and the
+change from it. --vs adds a column of gaps to that treatment's final val loss (e.g. int4-mw-rtn).
 
 --paper adds the ECO paper's final C4 validation losses of that size (Table 1, as noted in
 ../shared/design/ECO.md) and their gaps to bf16-mw beside ours: a reproduction at another scale
@@ -81,11 +87,12 @@ def main():
     ap.add_argument("runs")
     ap.add_argument("--out", required=True)
     ap.add_argument("--paper", choices=sorted(PAPER), help="the paper's Table 1 size to set beside")
+    ap.add_argument("--vs", choices=ORDER, help="a second baseline: a column of gaps to its final val loss")
     args = ap.parse_args()
     paper = PAPER.get(args.paper, {})
     os.makedirs(args.out, exist_ok=True)
     found = [t for t in os.listdir(args.runs)
-             if os.path.exists(os.path.join(args.runs, t, "summary.json"))]
+             if t in ORDER and os.path.exists(os.path.join(args.runs, t, "summary.json"))]
     found.sort(key=lambda t: (ORDER.index(t) if t in ORDER else 99, t))
     if not found:
         raise SystemExit(f"summarize_treatments: no finished run (summary.json) under {args.runs}")
@@ -93,16 +100,26 @@ def main():
     base = data.get("bf16-mw")
     base_loss = base[0].get("final_val_loss") if base else None
     base_val = dict(base[1]) if base else {}
+    vs = data.get(args.vs) if args.vs else None
+    vs_loss = vs[0].get("final_val_loss") if vs else None
+    imported = any("initial_val_loss" in data[t][0] for t in found)
 
     rows = []
     for t in found:
         s, val, _ = data[t]
         loss = s.get("final_val_loss")
         mem = s.get("memory", {})
-        rows.append({
-            "treatment": t,
-            "final_val_loss": loss,
-            "delta_vs_bf16_mw": (loss - base_loss) if (loss is not None and base_loss is not None) else None,
+        start = s.get("initial_val_loss")
+        row = {"treatment": t}
+        if imported:
+            row["initial_val_loss"] = start
+        row["final_val_loss"] = loss
+        if imported:
+            row["change_from_initial"] = (loss - start) if (loss is not None and start is not None) else None
+        row["delta_vs_bf16_mw"] = (loss - base_loss) if (loss is not None and base_loss is not None) else None
+        if args.vs:
+            row["delta_vs_" + args.vs] = (loss - vs_loss) if (loss is not None and vs_loss is not None) else None
+        rows.append(row | {
             "static_bytes_per_quantized_param": mem.get("static_bytes_per_quantized_param"),
             "static_mib": mem["static"] / 2**20 if "static" in mem else None,
             "tokens_per_s": s.get("tokens_per_s"),
@@ -117,13 +134,21 @@ def main():
     def fmt(v, spec):
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
-    md = ["| treatment | final val loss | vs bf16-mw | static B / quantized param | static MiB (model) | tokens/s "
+    md = ["| treatment |" + (" val loss at step 0 (imported) |" if imported else "") + " final val loss |" +
+          (" change from step 0 |" if imported else "") + " vs bf16-mw |" + (f" vs {args.vs} |" if args.vs else "") +
+          " static B / quantized param | static MiB (model) | tokens/s "
           "| steps | diverged |" + (f" paper {args.paper} loss | paper vs bf16-mw |" if paper else ""),
-          "|---|---|---|---|---|---|---|---|" + ("---|---|" if paper else "")]
+          "|---|---|---|---|---|---|---|---|" + ("---|---|" if imported else "") + ("---|" if args.vs else "") +
+          ("---|---|" if paper else "")]
     for r in rows:
         p_loss = paper.get(r["treatment"])
         p_gap = p_loss - paper["bf16-mw"] if p_loss is not None else None
-        md.append(f"| {r['treatment']} | {fmt(r['final_val_loss'], '.4f')} | {fmt(r['delta_vs_bf16_mw'], '+.4f')} | "
+        md.append(f"| {r['treatment']} |" +
+                  (f" {fmt(r['initial_val_loss'], '.4f')} |" if imported else "") +
+                  f" {fmt(r['final_val_loss'], '.4f')} |" +
+                  (f" {fmt(r['change_from_initial'], '+.4f')} |" if imported else "") +
+                  f" {fmt(r['delta_vs_bf16_mw'], '+.4f')} |" +
+                  (f" {fmt(r['delta_vs_' + args.vs], '+.4f')} |" if args.vs else "") + " "
                   f"{fmt(r['static_bytes_per_quantized_param'], '.2f')} | {fmt(r['static_mib'], '.2f')} | "
                   f"{fmt(r['tokens_per_s'], '.0f')} | "
                   f"{r['steps']} | {'yes' if r['diverged'] else 'no'} |" +

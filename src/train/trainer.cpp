@@ -556,6 +556,7 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
                                               model_->store().count_in_scope());
   const auto floor = train_data_->entropy_floor_nats();
   if (floor) summary["entropy_floor"] = *floor;
+  if (std::isfinite(p.initial_val_loss)) summary["initial_val_loss"] = p.initial_val_loss;
   if (!p.moe.is_null()) summary["moe"] = p.moe;
   if (comm_->world() > 1) {  // rank 0's traffic (every rank sends the same amounts)
     CommBytes b = comm_->bytes_sent();  // host and device collectives together
@@ -618,6 +619,19 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
               100.0 * (p.val_loss / *floor - 1.0));
 }
 
+void Trainer::evaluate_imported(Progress& p) {
+  if (cfg_.model.init_from.empty() || !val_data_) return;
+  if (p.resumed) {  // evaluated when the run started, before step 1
+    p.initial_val_loss = recorded_metric(run_dir_.path(), 0, "val_loss");
+    return;
+  }
+  // A fine-tune starts where the imported model is: its val loss under the run's treatment
+  // (the weights as stored, quantized or not). A forward only: nothing the steps read changes.
+  p.initial_val_loss = evaluate();
+  if (std::isfinite(p.initial_val_loss))
+    log_.val_loss(0, cfg_.total_steps(), cfg_.tokens_per_step(), p.initial_val_loss);
+}
+
 int Trainer::run(const RunOptions& opts) {
   for (const std::string& name : run_dir_.prepare())
     log_.warn("removed {}/{}, left by a write that was killed", run_dir_.path(), name);
@@ -628,6 +642,7 @@ int Trainer::run(const RunOptions& opts) {
   run_dir_.write_resolved_config(to_yaml(cfg_));
   log_.open_metrics(run_dir_.path(), p.resumed, p.start);
   log_run_header();
+  evaluate_imported(p);
 
   StepProfile profile(cfg_.train.profile, *backend_, p.start, cfg_.total_steps(), log_);
   const auto run_start = std::chrono::steady_clock::now();

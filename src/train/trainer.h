@@ -69,6 +69,9 @@ class Trainer {
     int64_t saved = -1;  // the step of the newest checkpoint of this run (written or resumed)
     bool resumed = false;
     double train_loss = std::nan(""), val_loss = std::nan("");
+    // model.init_from: the imported weights' val loss, evaluated before step 1 (metrics.jsonl
+    // step 0); NaN for a random start or without val data.
+    double initial_val_loss = std::nan("");
     bool diverged = false;
     nlohmann::json moe;  // the MoE router figures last logged (moe_json), null for dense
   };
@@ -90,6 +93,9 @@ class Trainer {
   // to do); otherwise takes the final losses from metrics.jsonl (or evaluates) for finish().
   bool finished_run_intact(Progress& p);
   void log_run_header();
+  // model.init_from: evaluates the imported weights before step 1 (metrics.jsonl step 0) on a
+  // fresh run, or reads that value back from metrics.jsonl on resume.
+  void evaluate_imported(Progress& p);
   // One optimizer step (0-based `step`) over grad_accum micro-batches on every rank.
   StepResult train_step(int64_t step);
   // The gradient of the step's micro-batches and ranks in grads(), summed in one fixed order:
