@@ -189,6 +189,9 @@ int run(int argc, char** argv, eco::Communicator& comm) {
       eco::usage_error("{}: the run does not fit: {}", config_path, fit.describe());
     return 0;
   }
+  // A fresh start reads model.init_from: refuse a wrong one before the run directory is touched
+  // (a resumed run never reads it; --resume-if-present checks when it starts afresh).
+  if (!opts.resume && !opts.resume_if_present) eco::check_init_from(cfg);
   spdlog::info("BLAS: {}", eco::cpu::blas_summary_line());
   eco::Trainer trainer(cfg, eco::RunContext{comm.rank(), comm.world()}, &comm);
   return trainer.run(opts);

@@ -181,19 +181,6 @@ Config from_node(YAML::Node root, const std::string& origin) {
     require_finite(m.rope_theta, 1, 1e12, origin, "model.rope_theta");
     require(m.norm_eps > 0 && m.norm_eps <= 1, origin, "model.norm_eps",
             fmt::format("must be a finite number in (0, 1], got {}", m.norm_eps));
-    if (!m.init_from.empty()) {
-      std::error_code ec;
-      const std::filesystem::path dir(m.init_from);
-      require(std::filesystem::is_directory(dir, ec), origin, "model.init_from",
-              fmt::format("'{}' is not a directory (a Hugging Face checkpoint directory holding "
-                          "config.json and model.safetensors was expected)",
-                          clip_for_message(m.init_from)));
-      require(std::filesystem::is_regular_file(dir / "config.json", ec), origin,
-              "model.init_from",
-              fmt::format("'{}' holds no config.json (a Hugging Face checkpoint directory was "
-                          "expected)",
-                          clip_for_message(m.init_from)));
-    }
   }
   {
     SectionReader r(root["data"], "data", origin);
@@ -441,6 +428,22 @@ Config parse_config(const std::string& text, const std::string& origin,
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   return parse_config(read_small_file(path, "config file", ConfigLimits::kMaxConfigBytes), path,
                       overrides);
+}
+
+void check_init_from(const Config& c) {
+  const std::string& dir = c.model.init_from;
+  if (dir.empty()) return;
+  const std::string origin = c.source_path.empty() ? "config" : c.source_path;
+  std::error_code ec;
+  require(std::filesystem::is_directory(dir, ec), origin, "model.init_from",
+          fmt::format("'{}' is not a directory (a Hugging Face checkpoint directory holding "
+                      "config.json and model.safetensors was expected)",
+                      clip_for_message(dir)));
+  require(std::filesystem::is_regular_file(std::filesystem::path(dir) / "config.json", ec), origin,
+          "model.init_from",
+          fmt::format("'{}' holds no config.json (a Hugging Face checkpoint directory was "
+                      "expected)",
+                      clip_for_message(dir)));
 }
 
 std::string to_yaml(const Config& c) {

@@ -241,6 +241,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config parse_config(const std::string& yaml_text, const std::string& origin,
                     const std::vector<std::string>& overrides = {});
 // The fully resolved configuration (every key, defaults filled in) as YAML.
+// model.init_from, when set, names a Hugging Face checkpoint directory holding config.json: a
+// usage error naming the key otherwise. Checked where the directory is read (a fresh start), not
+// when the config loads: --plan and --resume never read it.
+void check_init_from(const Config& cfg);
 std::string to_yaml(const Config& cfg);
 // The part of the config a checkpoint must agree with to resume (model shape, treatment).
 std::string model_fingerprint(const Config& cfg);

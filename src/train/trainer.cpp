@@ -242,6 +242,7 @@ void Trainer::init_weights() {
     model_->init_weights(cfg_.train.seed);
     return;
   }
+  check_init_from(cfg_);
   // Every rank reads the directory (data parallelism: the same weights everywhere; expert
   // parallelism: each rank only its own experts, the others are absent from its store).
   import_hf(cfg_.model.init_from, cfg_.model, model_->store());

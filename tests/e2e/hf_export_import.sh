@@ -37,7 +37,13 @@ grep -q "weights from the Hugging Face checkpoint $WORK/hf32 (model.init_from), 
   >resume.log 2>&1 || { cat resume.log; fail "--resume with init_from"; }
 grep -q "resumed from" resume.log && ! grep -q "weights from the Hugging Face" resume.log ||
   { cat resume.log; fail "--resume read model.init_from"; }
-echo "ok: init_from under fp8-eco-rtn, ignored by --resume"
+# The directory is read by a fresh start only: --plan and --resume work without it.
+"$ECO_TRAIN" llama.yaml --set model.init_from="$WORK/gone" --plan >plan_gone.log 2>&1 ||
+  { cat plan_gone.log; fail "--plan read a missing model.init_from"; }
+"$ECO_TRAIN" llama.yaml --set model.init_from="$WORK/gone" --set precision.treatment=fp8-eco-rtn \
+  --set train.out_dir="$WORK/ft" --set train.max_steps=4 --resume >resume_gone.log 2>&1 ||
+  { cat resume_gone.log; fail "--resume read a missing model.init_from"; }
+echo "ok: init_from under fp8-eco-rtn, ignored by --resume (and by --plan) even when the directory is gone"
 
 # -- bad input --------------------------------------------------------------------------------
 expect_error 2 "--dtype 'f16': expected bf16 or f32" -- "$ECO_TRAIN" export "$ck" --out x --dtype f16
@@ -46,6 +52,8 @@ expect_error 2 "--shard-size 'lots'" -- "$ECO_TRAIN" export "$ck" --out x --shar
 expect_error 1 "no-such.bin" -- "$ECO_TRAIN" export "$WORK/no-such.bin" --out x
 mkdir empty
 expect_error 2 "key 'model.init_from'" -- "$ECO_TRAIN" llama.yaml --set model.init_from="$WORK/empty"
+expect_error 2 "'$WORK/gone' is not a directory" -- "$ECO_TRAIN" llama.yaml --set model.init_from="$WORK/gone" --set train.out_dir="$WORK/bad0"
+[ ! -e "$WORK/bad0" ] || fail "a missing model.init_from left a run directory behind"
 expect_error 2 "num_attention_heads is 4, the run's model.n_head is 2" -- \
   "$ECO_TRAIN" llama.yaml --set model.init_from="$WORK/hf" --set model.n_head=2 --set model.n_kv_head=0 --set train.out_dir="$WORK/bad1"
 cp -r hf trunc

@@ -1,4 +1,4 @@
-# Every config in configs/ (and configs/paper/) loads and plans (--plan: validation, parameter table, memory ledger)
+# Every config in configs/ (and configs/paper/, configs/table1/) loads and plans (--plan: validation, parameter table, memory ledger)
 # under every treatment, so a change to the config schema cannot leave a shipped config behind.
 # The treatments come from eco-train's own error message for an unknown one.
 source "$(dirname "$0")/lib/common.bash"
@@ -7,7 +7,7 @@ msg=$("$ECO_TRAIN" configs/quickstart.yaml --plan --set precision.treatment=none
   fail "an unknown treatment was accepted"
 treatments=$(sed -n 's/.*expected one of: \(.*\))$/\1/p' <<<"$msg" | tr -d ',')
 [ "$(wc -w <<<"$treatments")" -ge 14 ] || fail "treatments not listed: $msg"
-configs=(configs/*.yaml)
+configs=(configs/*.yaml configs/table1/*.yaml)
 [ "${#configs[@]}" -ge 8 ] || fail "only ${#configs[@]} configs in configs/"
 plans=0
 for config in "${configs[@]}"; do

@@ -504,11 +504,28 @@ TEST(ConfigParallel, ResumesAtAnotherWorldSizeWithTheSameMicroBatches) {
 }
 
 // ---- model.init_from ----------------------------------------------------------------------------
-TEST(Config, InitFromMustBeACheckpointDirectory) {
-  expect_config_error(base_yaml(), {"cfg.yaml", "model.init_from", "/no/such/dir", "not a directory"},
-                      {"model.init_from=/no/such/dir"});
-  expect_config_error(base_yaml(), {"model.init_from", "holds no config.json"},
-                      {"model.init_from=/tmp"});
+// Checked where it is read (check_init_from: a fresh start), not when the config loads, so that
+// --plan and --resume work without the directory.
+TEST(Config, InitFromMustBeACheckpointDirectoryWhenRead) {
+  const Config missing = parse(base_yaml(), {"model.init_from=/no/such/dir"});
+  EXPECT_EQ(missing.model.init_from, "/no/such/dir");
+  const auto message = [](const Config& c) {
+    try {
+      eco::check_init_from(c);
+    } catch (const eco::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string m1 = message(missing);
+  for (const char* part : {"model.init_from", "/no/such/dir", "not a directory"})
+    EXPECT_NE(m1.find(part), std::string::npos) << m1;
+  const std::string m2 = message(parse(base_yaml(), {"model.init_from=/tmp"}));
+  EXPECT_NE(m2.find("holds no config.json"), std::string::npos) << m2;
+  EXPECT_EQ(message(parse(base_yaml(), {"model.init_from=" + std::string(ECO_FIXTURE_DIR) +
+                                                         "/hf/gpt2"})),
+            "(no error)");
+  EXPECT_EQ(message(parse(base_yaml())), "(no error)");
   expect_config_error(base_yaml(), {"model.init_from"}, {"model.init_from=[1, 2]"});
 }
 
