@@ -54,13 +54,16 @@ else
   say "gpu_check: built ${targets[*]} in $(( $(date +%s) - start )) s"
 fi
 
-# GPU tests, in two processes: the kernels not yet verified on a GPU (the mma attention) run on
-# their own, so that a fault there (which poisons the CUDA context) cannot take the others along.
-unverified='GpuAttentionMma*'
-timeout 200 "$bin"/tests/eco_gpu_tests --gtest_filter="-$unverified" \
+# GPU tests, in two processes: the kernels not yet verified on a GPU (the mma attention, its
+# grouped-query / windowed form for gemma3 included) run on their own, so that a fault there
+# (which poisons the CUDA context) cannot take the others along.
+unverified='GpuAttentionMma*:GpuAttentionGqa.Mma*:GpuAttentionGqa.BackwardTakesTheOtherPathsLse'
+unverified+=':GpuAttentionGqa.ForwardAndBackwardAreDeterministic'
+unverified+=':GpuAttentionGqa.BackendRunsTheFlashKernelByDefaultAndMmaWhenAsked'
+timeout 240 "$bin"/tests/eco_gpu_tests --gtest_filter="-$unverified" \
   --gtest_output=xml:"$log_dir/gpu_tests.xml" >"$log_dir/gpu_tests.log" 2>&1
 tests_rc=$?
-timeout 40 "$bin"/tests/eco_gpu_tests --gtest_filter="$unverified" \
+timeout 90 "$bin"/tests/eco_gpu_tests --gtest_filter="$unverified" \
   --gtest_output=xml:"$log_dir/gpu_tests_unverified.xml" >>"$log_dir/gpu_tests.log" 2>&1
 mma_rc=$?
 [ "$tests_rc" = 0 ] && tests_rc=$mma_rc
@@ -107,8 +110,15 @@ if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-gpu.yaml --plan
   smoe_set=(--set model.n_layer=8 --set data.source=synthetic --set train.grad_accum=1
     --set train.max_tokens=163840
     --set train.log_interval=1 --set train.eval_batches=2 --set train.sample_tokens=0)
+  # The gemma3 rows train 6 of Gemma 3 1B's 26 layers (configs/gemma3-1b.yaml: 5 local layers with
+  # the 512 window, 1 global; 4 query heads on 1 kv head of 256), B 16 x T 512, synthetic tokens:
+  # the family's kernels on the GPU, grouped-query attention on the flash kernel (auto) and on
+  # the mma path.
+  gemma3_set=("${smoe_set[@]}")
+  gemma3_set[1]=model.n_layer=6
   for run in bf16-mw:bf16-mw:auto:gpt2 bf16-mw/mma:bf16-mw:mma:gpt2 fp8-eco-sr:fp8-eco-sr:auto:gpt2 \
-    smoe-eco-sr:fp8-eco-sr:auto:smoe; do
+    smoe-eco-sr:fp8-eco-sr:auto:smoe gemma3-sr:fp8-eco-sr:auto:gemma3 \
+    gemma3-sr/mma:fp8-eco-sr:mma:gemma3; do
     IFS=: read -r label treatment attention model <<<"$run"
     tr=${label//\//-}
     config=configs/gpt2-124m-gpu.yaml
@@ -116,6 +126,9 @@ if [ -x "$bin/eco-train" ] && "$bin"/eco-train configs/gpt2-124m-gpu.yaml --plan
     if [ "$model" = smoe ]; then
       config=configs/smoe-2.1b.yaml
       extra=("${smoe_set[@]}")
+    elif [ "$model" = gemma3 ]; then
+      config=configs/gemma3-1b.yaml
+      extra=("${gemma3_set[@]}")
     fi
     run_dir=$(mktemp -d /tmp/eco-gpu-train.XXXXXX)
     idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
@@ -199,7 +212,7 @@ PY
 )
     train_rows+=("$row")
   done
-  train_note="GPT-2 124M, B 64 x T 1024, 20 steps (configs/gpt2-124m-gpu.yaml); smoe-eco-sr: 8 of the 2.1B SMoE's 24 layers (configs/smoe-2.1b.yaml), B 16 x T 512, 20 steps, synthetic tokens; MFU (active parameters) vs 989 TFLOP/s"
+  train_note="GPT-2 124M, B 64 x T 1024, 20 steps (configs/gpt2-124m-gpu.yaml); smoe-eco-sr: 8 of the 2.1B SMoE's 24 layers (configs/smoe-2.1b.yaml), B 16 x T 512, 20 steps, synthetic tokens; gemma3-sr: 6 of Gemma 3 1B's 26 layers (configs/gemma3-1b.yaml), B 16 x T 512, 20 steps, synthetic tokens, fp8-eco-sr, attention on the flash kernel (auto) and the mma path; MFU (active parameters) vs 989 TFLOP/s"
 else
   train_note="skipped: $bin/eco-train missing or refuses configs/gpt2-124m-gpu.yaml (--plan)"
 fi

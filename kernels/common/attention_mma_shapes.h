@@ -4,17 +4,24 @@
 // fmt.
 #pragma once
 
+#include "kernels/common/attention_shape.h"
+
 namespace eco {
 
-// Head size C / NH of 32, 64 or 128 (the compiled templates), B <= 65535 and T <= 65535 tiles of
-// kMmaAttentionRows rows (grid y and z). The 16-byte alignment of the buffers is checked per call.
+// Head size 32, 64, 128 or 256 (the compiled templates), B <= 65535 and T <= 65535 tiles of
+// kMmaAttentionRows rows (grid y and z), NH a multiple of KVH >= 1 (NH <= 65535), window >= 0,
+// q_scalar > 0. The 16-byte alignment of the buffers is checked per call.
 constexpr int kMmaAttentionRows = 64;
-inline bool attention_mma_shape_ok(int B, int T, int C, int NH) {
-  if (B < 1 || T < 1 || NH < 1 || B > 65535 || T > 65535 * kMmaAttentionRows || C < NH ||
-      C % NH != 0)
+inline bool attention_mma_shape_ok(int B, int T, const AttentionShape& a) {
+  if (B < 1 || T < 1 || B > 65535 || T > 65535 * kMmaAttentionRows || a.NH < 1 || a.KVH < 1 ||
+      a.NH > 65535 || a.NH % a.KVH != 0 || a.window < 0 || !(a.q_scalar > 0))
     return false;
-  const int hs = C / NH;
-  return hs == 32 || hs == 64 || hs == 128;
+  return a.hd == 32 || a.hd == 64 || a.hd == 128 || a.hd == 256;
+}
+// Plain multi-head attention over C = NH hs.
+inline bool attention_mma_shape_ok(int B, int T, int C, int NH) {
+  return NH >= 1 && C >= NH && C % NH == 0 &&
+         attention_mma_shape_ok(B, T, AttentionShape::multi_head(NH, C / NH));
 }
 
 }  // namespace eco

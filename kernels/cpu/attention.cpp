@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "kernels/common/attention_shape.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 
@@ -24,8 +25,6 @@ int head_size(int C, int NH) {
   if (NH <= 0 || C % NH != 0) throw std::invalid_argument("attention: C must be a multiple of NH");
   return C / NH;
 }
-// The first key query t sees: t - window + 1 (clamped at 0) in a window, else 0.
-inline int first_key(int t, int window) { return window > 0 ? std::max(0, t - window + 1) : 0; }
 }  // namespace
 
 template <class T>
@@ -46,7 +45,7 @@ void attention_forward_gqa(T* out, T* att, const T* qkv, int B, int Tn, int NH, 
     gemm(false, true, Tn, Tn, hs, scale, q, ld, k, ld, T(0), a, Tn);
     for (int t = 0; t < Tn; t++) {  // softmax over a[t, lo..t]; zeros elsewhere
       T* row = a + int64_t(t) * Tn;
-      const int lo = first_key(t, window);
+      const int lo = attention_first_key(t, window);  // kernels/common: as CUDA masks
       const T mx = *std::max_element(row + lo, row + t + 1);
       T sum = 0;
       for (int u = lo; u <= t; u++) {
@@ -94,7 +93,7 @@ void attention_backward_gqa(T* dqkv, T* scratch, const T* dout, const T* qkv, co
       for (int t = 0; t < Tn; t++) {
         const T* ar = a + int64_t(t) * Tn;
         T* gr = g + int64_t(t) * Tn;
-        const int lo = first_key(t, window);
+        const int lo = attention_first_key(t, window);  // kernels/common: as CUDA masks
         T dot = 0;
         for (int u = lo; u <= t; u++) dot += ar[u] * gr[u];
         for (int u = lo; u <= t; u++) gr[u] = ar[u] * (gr[u] - dot);

@@ -89,7 +89,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 template <class T>
 void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
                         int Tn, int C, int NH);
-// Grouped-query, sliding-window causal attention (model/backend.h, AttentionShape):
+// Grouped-query, sliding-window causal attention (kernels/common/attention_shape.h):
 // qkv (B, Tn, (NH + 2 KVH) hs) -> out (B, Tn, NH hs); query head h reads kv head
 // h / (NH / KVH); window > 0: query t sees keys (t - window, t]; scores scaled by
 // q_scalar^-1/2. att (B, NH, Tn, Tn) keeps the probabilities (zeros outside the window).

@@ -49,7 +49,7 @@ class PlanningBackend final : public CpuBackend<float> {
     // and it takes the model's shapes.
     if (cuda_ws::reserves_attention_scores(
             parse_cuda_attention(std::getenv("ECO_CUDA_ATTENTION")),
-            attention_mma_shape_ok(1, shapes.seq_len, shapes.d_model, shapes.n_head)))
+            attention_mma_shape_ok(1, shapes.seq_len, shapes.attention_width(), shapes.n_head)))
       rec(cuda_ws::kAttentionScoresName, r.attention_scores);
     rec(cuda_ws::kWeightBf16Name, r.weight_bf16);
     rec(cuda_ws::kFp8ActivationsName, r.fp8_activations);

@@ -1,7 +1,7 @@
-// GELU-tanh and SwiGLU on bf16: values are widened to fp32, computed with the shared
+// GELU-tanh, SwiGLU and GeGLU on bf16: values are widened to fp32, computed with the shared
 // kernels/common math and rounded once to bf16 on store. Eight outputs per thread, moved with
-// 16-byte accesses when the buffers are 16-byte aligned (and, for SwiGLU, H % 8 == 0, so that a
-// chunk never crosses a row); anything else goes element by element.
+// 16-byte accesses when the buffers are 16-byte aligned (and, for the gated units, H % 8 == 0, so
+// that a chunk never crosses a row); anything else goes element by element.
 // Launch assumptions (checked): n, N, H >= 0; buffers non-null when there is work.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,13 +27,24 @@ struct GeluBackward {  // dinp + gelu'(x) * dout
   }
 };
 
+// The gates of the gated units: the activation and its derivative (kernels/common/activations.h,
+// the CPU twin's math; GeGLU's GELU is the tanh form there too).
+struct Silu {
+  __device__ float operator()(float x) const { return silu(x); }
+  __device__ float grad(float x) const { return silu_grad(x); }
+};
+struct GeluTanh {
+  __device__ float operator()(float x) const { return gelu_tanh(x); }
+  __device__ float grad(float x) const { return gelu_tanh_grad(x); }
+};
+
 // Thread t owns outputs [8t, 8t + 8) of the (N, H) output; gate of output i = row * 2H + i % H,
-// up = gate + H. kBackward: dst is dinp (N, 2H) += (silu'(gate) * up * dout, silu(gate) * dout);
-// otherwise dst is out (N, H) = silu(gate) * up.
-template <bool kBackward>
+// up = gate + H. kBackward: dst is dinp (N, 2H) += (act'(gate) * up * dout, act(gate) * dout);
+// otherwise dst is out (N, H) = act(gate) * up.
+template <bool kBackward, class Act>
 __global__ void __launch_bounds__(kThreads)
-    swiglu_kernel(bf16* dst, const bf16* dout, const bf16* inp, int64_t n, int H,
-                  bool vec) {
+    gated_kernel(bf16* dst, const bf16* dout, const bf16* inp, int64_t n, int H, bool vec,
+                 Act act) {
   const int64_t i0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kBf16Chunk;
   if (i0 >= n) return;
   const int count = int(n - i0 < kBf16Chunk ? n - i0 : kBf16Chunk);
@@ -64,10 +75,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < kBf16Chunk; k++) {
     if (k >= count) break;
     if constexpr (kBackward) {
-      dgate[k] += silu_grad(gate[k]) * up[k] * d[k];
-      dup[k] += silu(gate[k]) * d[k];
+      dgate[k] += act.grad(gate[k]) * up[k] * d[k];
+      dup[k] += act(gate[k]) * d[k];
     } else {
-      gate[k] = silu(gate[k]) * up[k];  // the output, in place
+      gate[k] = act(gate[k]) * up[k];  // the output, in place
     }
   }
   if (vec) {
@@ -91,8 +102,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <bool kBackward>
-cudaError_t swiglu(bf16* dst, const bf16* dout, const bf16* inp, int N, int H, cudaStream_t s) {
+template <bool kBackward, class Act>
+cudaError_t gated(bf16* dst, const bf16* dout, const bf16* inp, int N, int H, Act act,
+                  cudaStream_t s) {
   const int64_t n = int64_t(N) * H;
   if (N < 0 || H < 0 || (n > 0 && (!dst || !inp || (kBackward && !dout))))
     return cudaErrorInvalidValue;
@@ -100,8 +112,8 @@ cudaError_t swiglu(bf16* dst, const bf16* dout, const bf16* inp, int N, int H, c
   const bool vec =
       H % kBf16Chunk == 0 && aligned16(dst) && aligned16(inp) && (!kBackward || aligned16(dout));
   const int64_t threads = (n + kBf16Chunk - 1) / kBf16Chunk;
-  swiglu_kernel<kBackward><<<unsigned((threads + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      dst, dout, inp, n, H, vec);
+  gated_kernel<kBackward><<<unsigned((threads + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      dst, dout, inp, n, H, vec, act);
   return cudaGetLastError();
 }
 
@@ -117,12 +129,21 @@ cudaError_t gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t
 }
 
 cudaError_t swiglu_forward(bf16* out, const bf16* inp, int N, int H, cudaStream_t s) {
-  return swiglu<false>(out, nullptr, inp, N, H, s);
+  return gated<false>(out, nullptr, inp, N, H, Silu{}, s);
 }
 
 cudaError_t swiglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int N, int H,
                             cudaStream_t s) {
-  return swiglu<true>(dinp, dout, inp, N, H, s);
+  return gated<true>(dinp, dout, inp, N, H, Silu{}, s);
+}
+
+cudaError_t geglu_forward(bf16* out, const bf16* inp, int N, int H, cudaStream_t s) {
+  return gated<false>(out, nullptr, inp, N, H, GeluTanh{}, s);
+}
+
+cudaError_t geglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int N, int H,
+                           cudaStream_t s) {
+  return gated<true>(dinp, dout, inp, N, H, GeluTanh{}, s);
 }
 
 }  // namespace eco::cuda

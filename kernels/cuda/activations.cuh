@@ -1,5 +1,5 @@
 // MLP activations on bf16 activations (fp32 math from kernels/common/activations.h, shared with the
-// CPU backend). Contracts as eco::cpu::gelu_* / swiglu_* (kernels/cpu/kernels.h).
+// CPU backend). Contracts as eco::cpu::gelu_* / swiglu_* / geglu_* (kernels/cpu/kernels.h).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -18,5 +18,10 @@ cudaError_t swiglu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, int N, 
                            cudaStream_t s = nullptr);
 cudaError_t swiglu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* dout,
                             const __nv_bfloat16* inp, int N, int H, cudaStream_t s = nullptr);
+// GeGLU (Gemma): as SwiGLU with gelu_tanh for silu: out (N, H) = gelu_tanh(gate) * up.
+cudaError_t geglu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, int N, int H,
+                          cudaStream_t s = nullptr);
+cudaError_t geglu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* dout,
+                           const __nv_bfloat16* inp, int N, int H, cudaStream_t s = nullptr);
 
 }  // namespace eco::cuda

@@ -1,35 +1,48 @@
 // Causal attention on tensor cores (attention_mma.cuh): FlashAttention-2's forward and a
 // deterministic two-kernel backward, every product an mma.sync.m16n8k16 (bf16 in, fp32 out).
+// Grouped-query (KVH key/value heads, each read by NH / KVH query heads), optionally within a
+// sliding window, scores scaled by q_scalar^-1/2 (kernels/common/attention_shape.h); multi-head
+// attention is the case KVH = NH, window 0, q_scalar = hs.
 //
 // Launch assumptions (attention_mma_supported checks them on the host):
-//   - hs = C / NH is a template parameter, one of 32, 64, 128 (a multiple of 16: the k-steps of
+//   - hs is a template parameter, one of 32, 64, 128, 256 (a multiple of 16: the k-steps of
 //     Q K^T and the n-tile pairs of P V).
 //   - qkv, out, dout, dqkv are 16-byte aligned: tiles move by cp.async in 16-byte chunks, and row
-//     starts (3C or C elements apart) and head offsets (h * hs) keep that alignment (hs % 8 == 0).
-//   - lse and D are plain fp32 arrays (4-byte cp.async); any T >= 1: rows of a tile at or past T
-//     are zero-filled, never read from memory, and their results are never written.
-//   - grid (NH, B, ceil(T / 64)): B <= 65535 and T <= 65535 * 64; 128 threads (4 warps) per
-//     block. The tile index is the slowest grid dimension, so that blocks start in order of work
-//     over all heads (see "Work order").
+//     starts ((NH + 2 KVH) hs or NH hs elements apart) and head offsets (multiples of hs) keep
+//     that alignment (hs % 8 == 0).
+//   - lse and D are plain fp32 arrays; any T >= 1: rows of a tile at or past T are zero-filled,
+//     never read from memory, and their results are never written.
+//   - grid (NH, B, ceil(T / 64)) (dkdv: (KVH x slices, B, ceil(T / 64))): B <= 65535 and
+//     T <= 65535 * 64; 128 threads (4 warps) per block. The tile index is the slowest grid
+//     dimension, so that blocks start in order of work over all heads (see "Work order").
 //
-// Tiles. Every block owns 64 rows (16 per warp: one mma row block), queries in the forward and dq
-// kernels, keys in dkdv, and streams the other side in steps through a double buffer (the next
-// step's cp.async runs while this one computes). Shared rows are padded to hs + 8 elements, so the
-// 8 row addresses of each ldmatrix phase fall into distinct 16-byte bank groups.
-//   forward: S = Q K^T (16 x 64 per warp), online softmax in fp32 registers (running max in
+// Tiles. Every block owns 64 rows (16 per warp: one mma row block), queries of one query head in
+// the forward and dq kernels, keys of one kv head in dkdv, and streams the other side in steps
+// through a double buffer (the next step's cp.async runs while this one computes). Shared rows
+// are padded to hs + 8 elements, so the 8 row addresses of each ldmatrix phase fall into distinct
+// 16-byte bank groups. Step rows (fwd_step, bwd_step) shrink with hs: registers (a step's scores
+// cost step / 2 fp32 per thread per matrix) and shared memory (hs 256: 99 KiB, sm_89's limit).
+//   forward: S = Q K^T (16 x step per warp), online softmax in fp32 registers (running max in
 //            log2 units, 2^x on the SFU with scale * log2(e) pre-multiplied), P rounded to bf16
 //            as the A operand of O += P V straight from the S accumulators (no shared memory).
 //   dq:      per query block, over key steps: S and dP = dO V^T, P = exp2(S * scale log2e - lse
 //            log2e) from the saved lse, dS = P (dP - D), dQ += dS K.
-//   dkdv:    per key block, over query steps (from the diagonal to T): the transposed products
-//            S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q, again from the
-//            accumulators. P and dS are recomputed in both kernels (7 products instead of FA2's 5)
-//            so that every gradient element has one owner: no atomics, fixed summation order,
+//   dkdv:    per key block of a kv head, over the query heads of its group in order and their
+//            query steps: the transposed products S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO
+//            and dK += dS^T Q, again from the accumulators (lse and D of a step's queries read
+//            from global memory). At hs 256 dK and dV of 16 keys x 256 would hold 256 fp32
+//            registers per thread: the block computes a slice of their columns (dkdv_slices
+//            blocks per key block, each recomputing S^T and dP^T: 1.5x the products, no spills).
+//            P and dS are recomputed in both kernels (7 products instead of FA2's 5) so that
+//            every gradient element has one owner: no atomics, fixed summation order,
 //            bit-identical runs. D = rowsum(dout * out) comes first (attention_rowdot).
-// Causality: a block stops at its diagonal (forward, dq) or starts there (dkdv); key tiles above
-// the diagonal are never loaded, and only steps that cross the diagonal (or the ragged end of T)
-// mask by index. Every query row sees key 0 in its first step, so the running max is finite there
-// and exp2 never sees inf - inf.
+// Causality and the window: a query block streams keys from the first one its first query sees
+// (t - window + 1, else 0) to its diagonal, a key block queries from its diagonal to the last one
+// that sees its last key (j + window - 1, else T - 1): steps wholly outside every row's window
+// are never loaded (a windowed layer costs O(T window)), and only steps that cross the diagonal,
+// the window's edge or the ragged end of T mask by index (attention_sees). A row that has seen
+// no key yet (a step before its window opens) keeps its running max at -inf; the softmax then
+// exponentiates against 0, so exp2 never sees inf - inf.
 // Work order: forward and dq blocks start with the last query tiles (the most keys), dkdv with the
 // first key tiles (the most queries), so the long blocks do not trail.
 // Precision as the GEMM path and FlashAttention: scores, softmax, lse, D and all accumulators in
@@ -61,11 +74,13 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr size_t kDefaultSmem = 48 * 1024;
 
-// Rows per streamed step: keys (forward, dq) or queries (dkdv). A step's scores cost Step / 2
-// fp32 registers per thread per matrix (the backward holds two, plus dq or dk and dv), hence 32
-// at hs 128 in the backward.
-constexpr int fwd_step(int) { return 64; }
-constexpr int bwd_step(int hs) { return hs <= 64 ? 64 : 32; }
+// Rows per streamed step: keys (forward, dq) or queries (dkdv). A step's scores cost step / 2
+// fp32 registers per thread per matrix (the backward holds two, plus dq or dk and dv), hence
+// fewer rows as hs grows; at hs 256 also to keep shared memory within 99 KiB.
+constexpr int fwd_step(int hs) { return hs <= 128 ? 64 : 32; }
+constexpr int bwd_step(int hs) { return hs <= 64 ? 64 : hs <= 128 ? 32 : 16; }
+// The column slices of dK and dV a dkdv block computes (see the file comment).
+constexpr int dkdv_slices(int hs) { return hs <= 128 ? 1 : 2; }
 constexpr int padded(int hs) { return hs + 8; }
 
 // ---- PTX wrappers (sm_80+) -------------------------------------------------------------------
@@ -77,11 +92,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 4 : 0)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -144,16 +154,6 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t ld
     cp_async16(smem_addr(dst + r * padded(HS) + c * 8), g, valid);
   }
 }
-// Shared [0, N) <- src[r0, r0 + N) (fp32), zeros at or past T. Asynchronous as load_tile.
-template <int N>
-__device__ __forceinline__ void load_row_stats(float* dst, const float* src, int r0, int T) {
-  static_assert(N <= kThreads, "one value per thread");
-  if (threadIdx.x < N) {
-    const int r = r0 + int(threadIdx.x);
-    cp_async4(smem_addr(dst + threadIdx.x), r < T ? src + r : src, r < T);
-  }
-}
-
 // acc (16 x N) = A B^T for the warp: A = 16 rows of (., HS) at `a`, B = N rows of (., HS) at `b`,
 // both in shared memory with row stride hs + 8 (Q K^T, dO V^T, K Q^T, V dO^T).
 template <int HS, int N>
@@ -179,12 +179,14 @@ __device__ __forceinline__ void warp_abt(float (&acc)[N / 8][4], const bf16* a, 
   }
 }
 
-// acc (16 x HS) += P V for the warp: P (16 x N) in the accumulator layout of warp_abt (rounded to
-// bf16 here: an m16n8 pair of accumulators is exactly one A fragment), V = N rows of (., HS) in
-// shared memory (P V, dS K, P^T dO, dS^T Q). V is row-major along n, hence ldmatrix.trans.
-template <int HS, int N>
-__device__ __forceinline__ void warp_pv(float (&acc)[HS / 8][4], const float (&p)[N / 8][4],
+// acc (16 x COLS) += P V for the warp: P (16 x N) in the accumulator layout of warp_abt (rounded
+// to bf16 here: an m16n8 pair of accumulators is exactly one A fragment), V = N rows of COLS
+// columns at v in shared memory with row stride hs + 8 (P V, dS K, P^T dO, dS^T Q: all of a head,
+// COLS = HS, or a slice of its columns). V is row-major along n, hence ldmatrix.trans.
+template <int HS, int COLS, int N>
+__device__ __forceinline__ void warp_pv(float (&acc)[COLS / 8][4], const float (&p)[N / 8][4],
                                         const bf16* v) {
+  static_assert(COLS % 16 == 0 && COLS <= HS, "whole n-tile pairs of the head");
   const int lane = int(threadIdx.x) % 32;
   // Matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15), transposed.
   const uint32_t v0 = smem_addr(v + (lane % 8 + (lane / 8) % 2 * 8) * padded(HS) + (lane / 16) * 8);
@@ -195,7 +197,7 @@ __device__ __forceinline__ void warp_pv(float (&acc)[HS / 8][4], const float (&p
     const uint32_t af[4] = {pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]),
                             pack_bf16(hi[0], hi[1]), pack_bf16(hi[2], hi[3])};
 #pragma unroll
-    for (int jp = 0; jp < HS / 16; ++jp) {
+    for (int jp = 0; jp < COLS / 16; ++jp) {
       uint32_t bf[4];
       ldmatrix_x4_trans(bf, v0 + (kk * 16 * padded(HS) + jp * 16) * sizeof(bf16));
       mma_bf16(acc[2 * jp], af, bf[0], bf[1]);
@@ -223,45 +225,61 @@ constexpr size_t dq_smem() {
 }
 template <int HS>
 constexpr size_t dkdv_smem() {
-  return dq_smem<HS>() + sizeof(float) * 4 * bwd_step(HS);
+  return dq_smem<HS>();  // K, V (64 rows), 2 x {Q, dO} (step rows)
 }
 // Every head size fits the smallest opt-in limit of the architectures built (sm_89 / sm_86:
 // 99 KiB per block; sm_80 163, sm_90 227), so the path never fails to launch for shared memory.
 constexpr size_t kSmallestSmemOptIn = 99 * 1024;
-static_assert(forward_smem<128>() <= kSmallestSmemOptIn && dq_smem<128>() <= kSmallestSmemOptIn &&
-                  dkdv_smem<128>() <= kSmallestSmemOptIn,
+template <int HS>
+constexpr bool fits_smallest_opt_in() {
+  return forward_smem<HS>() <= kSmallestSmemOptIn && dq_smem<HS>() <= kSmallestSmemOptIn &&
+         dkdv_smem<HS>() <= kSmallestSmemOptIn;
+}
+static_assert(fits_smallest_opt_in<128>() && fits_smallest_opt_in<256>(),
               "the mma attention's shared memory exceeds sm_89's 99 KiB");
 
+// Whether a step of keys [kv0, kv0 + KT) of a query block [q0, q0 + 64) needs masking by index:
+// it crosses the diagonal (a key past q0) or the window's left edge (a key before the first one
+// query q0 + 63 sees).
+template <int KT>
+__device__ __forceinline__ bool key_step_masked(int kv0, int q0, int window) {
+  return kv0 + KT - 1 > q0 ||
+         (window > 0 && kv0 < attention_first_key(q0 + kBlockRows - 1, window));
+}
+
 // grid (NH, B, ceil(T / 64)), block kThreads, dynamic smem forward_smem<HS>():
-// Q (64, hs + 8), then 2 x {K, V} (64, hs + 8).
+// Q (64, hs + 8), then 2 x {K, V} (KT, hs + 8).
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     mma_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse,
-                       const bf16* __restrict__ qkv, int T, int C, int NH, float scale_log2) {
+                       const bf16* __restrict__ qkv, int T, AttentionShape a, float scale_log2) {
   constexpr int LD = padded(HS), KT = fwd_step(HS);
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem);
   bf16* kv = qs + kBlockRows * LD;
   const int q0 = (int(gridDim.z) - 1 - int(blockIdx.z)) * kBlockRows;  // longest rows first
-  const int h = int(blockIdx.x), b = int(blockIdx.y);
+  const int h = int(blockIdx.x), b = int(blockIdx.y), g = h / a.group();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int row0 = q0 + warp * 16 + lane / 4;  // this thread's queries: row0, row0 + 8
-  const int64_t ld = 3 * int64_t(C);
-  const bf16* q = qkv + int64_t(b) * T * ld + int64_t(h) * HS;  // (T, hs), row stride 3C
-  const bf16* k = q + C;
-  const bf16* v = q + 2 * C;
-  const int steps = (min(q0 + kBlockRows, T) + KT - 1) / KT;  // causal: up to the diagonal
+  const int64_t ld = a.qkv_width();
+  const bf16* seq = qkv + int64_t(b) * T * ld;
+  const bf16* q = seq + a.q_col(h);  // (T, hs), row stride QKV
+  const bf16* k = seq + a.k_col(g);
+  const bf16* v = seq + a.v_col(g);
+  // Keys from the first one query q0 sees to the block's diagonal.
+  const int kv_begin = attention_first_key(q0, a.window);
+  const int steps = (min(q0 + kBlockRows, T) - kv_begin + KT - 1) / KT;
 
   load_tile<kBlockRows, HS>(qs, q, ld, q0, T);
-  load_tile<KT, HS>(kv, k, ld, 0, T);
-  load_tile<KT, HS>(kv + KT * LD, v, ld, 0, T);
+  load_tile<KT, HS>(kv, k, ld, kv_begin, T);
+  load_tile<KT, HS>(kv + KT * LD, v, ld, kv_begin, T);
   cp_async_commit();
 
   float o[HS / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY};  // running max of the scores, times log2(e)
   float l[2] = {0.0f, 0.0f};            // this thread's part of the running sum
   for (int n = 0; n < steps; ++n) {
-    const int kv0 = n * KT;
+    const int kv0 = kv_begin + n * KT;
     const bf16* ks = kv + (n % 2) * 2 * KT * LD;
     const bf16* vs = ks + KT * LD;
     if (n + 1 < steps) {  // the other buffer was released by the previous step's final barrier
@@ -275,12 +293,13 @@ __global__ void __launch_bounds__(kThreads)
 
     float s[KT / 8][4];
     warp_abt<HS, KT>(s, qs + warp * 16 * LD, ks);
-    if (kv0 + KT - 1 > q0) {  // the diagonal step: key j > query t is masked
+    if (key_step_masked<KT>(kv0, q0, a.window)) {  // keys past the row or before its window
 #pragma unroll
       for (int j = 0; j < KT / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (kv0 + 8 * j + 2 * (lane % 4) + e % 2 > row0 + 8 * (e / 2)) s[j][e] = -INFINITY;
+          if (!attention_sees(row0 + 8 * (e / 2), kv0 + 8 * j + 2 * (lane % 4) + e % 2, a.window))
+            s[j][e] = -INFINITY;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {  // elements 2r, 2r + 1 of every tile are row row0 + 8r
@@ -289,14 +308,17 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < KT / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));  // the row's 4 threads (a quad)
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-      const float m_new = fmaxf(m[r], mx * scale_log2);  // finite: key kv0 <= row is unmasked
-      const float alpha = exp2_approx(m[r] - m_new);     // 0 on the first step
+      const float m_new = fmaxf(m[r], mx * scale_log2);
+      // -inf while the row has seen no key (only before its window opens): exponentiate against
+      // 0 then (every masked score gives 2^-inf = 0).
+      const float m_base = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2_approx(m[r] - m_base);  // 0 on the row's first keys
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < KT / 8; ++j)
 #pragma unroll
         for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          s[j][e] = exp2_approx(fmaf(s[j][e], scale_log2, -m_new));  // masked: 2^-inf = 0
+          s[j][e] = exp2_approx(fmaf(s[j][e], scale_log2, -m_base));  // masked: 2^-inf = 0
           sum += s[j][e];
         }
       l[r] = fmaf(l[r], alpha, sum);
@@ -307,7 +329,7 @@ __global__ void __launch_bounds__(kThreads)
         o[d][2 * r + 1] *= alpha;
       }
     }
-    warp_pv<HS, KT>(o, s, vs);
+    warp_pv<HS, HS, KT>(o, s, vs);
     __syncthreads();  // every warp is done with this buffer before the next step refills it
   }
 
@@ -318,12 +340,12 @@ __global__ void __launch_bounds__(kThreads)
     sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
     if (t >= T) continue;
     const float inv = __frcp_rn(sum);
-    bf16* orow = out + (int64_t(b) * T + t) * C + int64_t(h) * HS + 2 * (lane % 4);
+    bf16* orow = out + (int64_t(b) * T + t) * a.out_width() + a.q_col(h) + 2 * (lane % 4);
 #pragma unroll
     for (int d = 0; d < HS / 8; ++d)
       *reinterpret_cast<__nv_bfloat162*>(orow + 8 * d) =
           __floats2bfloat162_rn(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
-    if (lane % 4 == 0) lse[(int64_t(b) * NH + h) * T + t] = m[r] * kLn2 + logf(sum);
+    if (lane % 4 == 0) lse[(int64_t(b) * a.NH + h) * T + t] = m[r] * kLn2 + logf(sum);
   }
 }
 
@@ -333,7 +355,7 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     mma_backward_dq_kernel(bf16* __restrict__ dqkv, const float* __restrict__ D,
                            const bf16* __restrict__ dout, const bf16* __restrict__ qkv,
-                           const float* __restrict__ lse, int T, int C, int NH, float scale,
+                           const float* __restrict__ lse, int T, AttentionShape a, float scale,
                            float scale_log2) {
   constexpr int LD = padded(HS), KT = bwd_step(HS);
   extern __shared__ __align__(16) unsigned char smem[];
@@ -341,20 +363,22 @@ __global__ void __launch_bounds__(kThreads)
   bf16* dos = qs + kBlockRows * LD;
   bf16* kv = dos + kBlockRows * LD;
   const int q0 = (int(gridDim.z) - 1 - int(blockIdx.z)) * kBlockRows;
-  const int h = int(blockIdx.x), b = int(blockIdx.y);
+  const int h = int(blockIdx.x), b = int(blockIdx.y), g = h / a.group();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int row0 = q0 + warp * 16 + lane / 4;
-  const int64_t ld = 3 * int64_t(C), bh = int64_t(b) * NH + h;
-  const bf16* q = qkv + int64_t(b) * T * ld + int64_t(h) * HS;
-  const bf16* k = q + C;
-  const bf16* v = q + 2 * C;
-  const bf16* dO = dout + int64_t(b) * T * C + int64_t(h) * HS;  // (T, hs), row stride C
-  const int steps = (min(q0 + kBlockRows, T) + KT - 1) / KT;
+  const int64_t ld = a.qkv_width(), ldo = a.out_width(), bh = int64_t(b) * a.NH + h;
+  const bf16* seq = qkv + int64_t(b) * T * ld;
+  const bf16* q = seq + a.q_col(h);
+  const bf16* k = seq + a.k_col(g);
+  const bf16* v = seq + a.v_col(g);
+  const bf16* dO = dout + int64_t(b) * T * ldo + a.q_col(h);  // (T, hs), row stride NH hs
+  const int kv_begin = attention_first_key(q0, a.window);
+  const int steps = (min(q0 + kBlockRows, T) - kv_begin + KT - 1) / KT;
 
   load_tile<kBlockRows, HS>(qs, q, ld, q0, T);
-  load_tile<kBlockRows, HS>(dos, dO, C, q0, T);
-  load_tile<KT, HS>(kv, k, ld, 0, T);
-  load_tile<KT, HS>(kv + KT * LD, v, ld, 0, T);
+  load_tile<kBlockRows, HS>(dos, dO, ldo, q0, T);
+  load_tile<KT, HS>(kv, k, ld, kv_begin, T);
+  load_tile<KT, HS>(kv + KT * LD, v, ld, kv_begin, T);
   cp_async_commit();
 
   float lse2[2], Dr[2];  // per row: lse * log2(e) and D (0 past T: those rows are not written)
@@ -366,7 +390,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   float dq[HS / 8][4] = {};
   for (int n = 0; n < steps; ++n) {
-    const int kv0 = n * KT;
+    const int kv0 = kv_begin + n * KT;
     const bf16* ks = kv + (n % 2) * 2 * KT * LD;
     const bf16* vs = ks + KT * LD;
     if (n + 1 < steps) {
@@ -381,17 +405,18 @@ __global__ void __launch_bounds__(kThreads)
     float s[KT / 8][4], dp[KT / 8][4];
     warp_abt<HS, KT>(s, qs + warp * 16 * LD, ks);
     warp_abt<HS, KT>(dp, dos + warp * 16 * LD, vs);
-    const bool diagonal = kv0 + KT - 1 > q0;
+    const bool edge = key_step_masked<KT>(kv0, q0, a.window);
 #pragma unroll
     for (int j = 0; j < KT / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2;
-        const bool masked = diagonal && kv0 + 8 * j + 2 * (lane % 4) + e % 2 > row0 + 8 * r;
+        const bool masked =
+            edge && !attention_sees(row0 + 8 * r, kv0 + 8 * j + 2 * (lane % 4) + e % 2, a.window);
         const float p = masked ? 0.0f : exp2_approx(fmaf(s[j][e], scale_log2, -lse2[r]));
         s[j][e] = p * (dp[j][e] - Dr[r]);  // dS
       }
-    warp_pv<HS, KT>(dq, s, ks);  // dQ += dS K
+    warp_pv<HS, HS, KT>(dq, s, ks);  // dQ += dS K
     __syncthreads();
   }
 
@@ -399,85 +424,97 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < 2; ++r) {
     const int t = row0 + 8 * r;
     if (t >= T) continue;
-    bf16* dqrow = dqkv + (int64_t(b) * T + t) * ld + int64_t(h) * HS + 2 * (lane % 4);
+    bf16* dqrow = dqkv + (int64_t(b) * T + t) * ld + a.q_col(h) + 2 * (lane % 4);
 #pragma unroll
     for (int d = 0; d < HS / 8; ++d)
       accumulate_pair(dqrow + 8 * d, dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);
   }
 }
 
-// grid (NH, B, ceil(T / 64)), block kThreads, dynamic smem dkdv_smem<HS>(): K, V (64, hs + 8),
-// 2 x {Q, dO} (QT, hs + 8), then 2 x {lse, D} (QT) fp32. dqkv's k and v parts += dK, dV for the
-// block's 64 keys.
+// grid (KVH * dkdv_slices(HS), B, ceil(T / 64)), block kThreads, dynamic smem dkdv_smem<HS>():
+// K, V (64, hs + 8), then 2 x {Q, dO} (QT, hs + 8). dqkv's k and v parts of kv head
+// blockIdx.x / slices += dK, dV (columns of slice blockIdx.x % slices) for the block's 64 keys,
+// summed over the group's query heads in order.
 template <int HS>
 __global__ void __launch_bounds__(kThreads, 2)
     mma_backward_dkdv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ D,
                              const bf16* __restrict__ dout, const bf16* __restrict__ qkv,
-                             const float* __restrict__ lse, int T, int C, int NH, float scale,
+                             const float* __restrict__ lse, int T, AttentionShape a, float scale,
                              float scale_log2) {
-  constexpr int LD = padded(HS), QT = bwd_step(HS);
+  constexpr int LD = padded(HS), QT = bwd_step(HS), COLS = HS / dkdv_slices(HS);
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem);
   bf16* vs = ks + kBlockRows * LD;
-  bf16* qdo = vs + kBlockRows * LD;                           // 2 x {Q, dO}
-  float* stats = reinterpret_cast<float*>(qdo + 4 * QT * LD);  // 2 x {lse, D}
+  bf16* qdo = vs + kBlockRows * LD;  // 2 x {Q, dO}
   const int j0 = int(blockIdx.z) * kBlockRows;  // first key tiles see the most queries: first
-  const int h = int(blockIdx.x), b = int(blockIdx.y);
+  const int g = int(blockIdx.x) / dkdv_slices(HS), col0 = int(blockIdx.x) % dkdv_slices(HS) * COLS;
+  const int b = int(blockIdx.y);
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int key0 = j0 + warp * 16 + lane / 4;  // this thread's keys: key0, key0 + 8
-  const int64_t ld = 3 * int64_t(C), bh = int64_t(b) * NH + h;
-  const bf16* q = qkv + int64_t(b) * T * ld + int64_t(h) * HS;
-  const bf16* dO = dout + int64_t(b) * T * C + int64_t(h) * HS;
-  const float* lse_bh = lse + bh * T;
-  const float* D_bh = D + bh * T;
-  const int steps = (T - j0 + QT - 1) / QT;  // causal: queries from the diagonal (j0) to T
+  const int64_t ld = a.qkv_width(), ldo = a.out_width();
+  const bf16* seq = qkv + int64_t(b) * T * ld;
+  // Queries from the diagonal (j0) to the last one that sees the block's last key, for each of
+  // the group's query heads: the steps of all heads run as one sequence through the buffers.
+  const int i_end = attention_query_end(min(j0 + kBlockRows, T) - 1, a.window, T);
+  const int head_steps = (i_end - j0 + QT - 1) / QT, steps = a.group() * head_steps;
+  const int h0 = g * a.group();
+  const auto q_of = [&](int n) { return seq + a.q_col(h0 + n / head_steps); };
+  const auto dO_of = [&](int n) {
+    return dout + int64_t(b) * T * ldo + a.q_col(h0 + n / head_steps);
+  };
+  const auto i0_of = [&](int n) { return j0 + n % head_steps * QT; };
 
-  load_tile<kBlockRows, HS>(ks, q + C, ld, j0, T);
-  load_tile<kBlockRows, HS>(vs, q + 2 * C, ld, j0, T);
-  load_tile<QT, HS>(qdo, q, ld, j0, T);
-  load_tile<QT, HS>(qdo + QT * LD, dO, C, j0, T);
-  load_row_stats<QT>(stats, lse_bh, j0, T);
-  load_row_stats<QT>(stats + QT, D_bh, j0, T);
+  load_tile<kBlockRows, HS>(ks, seq + a.k_col(g), ld, j0, T);
+  load_tile<kBlockRows, HS>(vs, seq + a.v_col(g), ld, j0, T);
+  load_tile<QT, HS>(qdo, q_of(0), ld, j0, T);
+  load_tile<QT, HS>(qdo + QT * LD, dO_of(0), ldo, j0, T);
   cp_async_commit();
 
-  float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+  float dk[COLS / 8][4] = {}, dv[COLS / 8][4] = {};
   for (int n = 0; n < steps; ++n) {
-    const int i0 = j0 + n * QT;
+    const int i0 = i0_of(n);
+    const int64_t bh = int64_t(b) * a.NH + h0 + n / head_steps;
     const bf16* qb = qdo + (n % 2) * 2 * QT * LD;
     const bf16* dob = qb + QT * LD;
-    const float* lses = stats + (n % 2) * 2 * QT;
-    const float* Ds = lses + QT;
     if (n + 1 < steps) {
       bf16* next = qdo + ((n + 1) % 2) * 2 * QT * LD;
-      float* next_stats = stats + ((n + 1) % 2) * 2 * QT;
-      load_tile<QT, HS>(next, q, ld, i0 + QT, T);
-      load_tile<QT, HS>(next + QT * LD, dO, C, i0 + QT, T);
-      load_row_stats<QT>(next_stats, lse_bh, i0 + QT, T);
-      load_row_stats<QT>(next_stats + QT, D_bh, i0 + QT, T);
+      load_tile<QT, HS>(next, q_of(n + 1), ld, i0_of(n + 1), T);
+      load_tile<QT, HS>(next + QT * LD, dO_of(n + 1), ldo, i0_of(n + 1), T);
     }
     cp_async_commit();
+    // lse * log2(e) and D of this thread's query columns (0 past T), while the copies land.
+    float lse2[QT / 8][2], Dc[QT / 8][2];
+#pragma unroll
+    for (int j = 0; j < QT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = i0 + 8 * j + 2 * (lane % 4) + e;
+        lse2[j][e] = i < T ? lse[bh * T + i] * kLog2e : 0.0f;
+        Dc[j][e] = i < T ? D[bh * T + i] : 0.0f;
+      }
     cp_async_wait<1>();
     __syncthreads();
 
     float s[QT / 8][4], dp[QT / 8][4];  // S^T, dP^T: rows = the warp's keys, columns = queries
     warp_abt<HS, QT>(s, ks + warp * 16 * LD, qb);
     warp_abt<HS, QT>(dp, vs + warp * 16 * LD, dob);
-    // Masks: query i < key j (steps crossing the block's diagonal) and i >= T (the ragged end;
-    // its rows are zero-filled, this keeps them out by index rather than by value).
-    const bool edge = i0 < j0 + kBlockRows - 1 || i0 + QT > T;
+    // Masks: query i < key j (steps crossing the block's diagonal), i >= T (the ragged end; its
+    // rows are zero-filled, this keeps them out by index rather than by value) and i past the
+    // window of key j (steps reaching past the window of the block's first key).
+    const bool edge = i0 < j0 + kBlockRows - 1 || i0 + QT > T ||
+                      (a.window > 0 && i0 + QT - 1 >= j0 + a.window);
 #pragma unroll
     for (int j = 0; j < QT / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int col = 8 * j + 2 * (lane % 4) + e % 2, i = i0 + col;
-        const bool masked = edge && (key0 + 8 * (e / 2) > i || i >= T);
-        const float lse2 = lses[col] * kLog2e;
-        const float p = masked ? 0.0f : exp2_approx(fmaf(s[j][e], scale_log2, -lse2));
-        s[j][e] = p;                          // P^T
-        dp[j][e] = p * (dp[j][e] - Ds[col]);  // dS^T
+        const int i = i0 + 8 * j + 2 * (lane % 4) + e % 2;
+        const bool masked = edge && (i >= T || !attention_sees(i, key0 + 8 * (e / 2), a.window));
+        const float p = masked ? 0.0f : exp2_approx(fmaf(s[j][e], scale_log2, -lse2[j][e % 2]));
+        s[j][e] = p;                                // P^T
+        dp[j][e] = p * (dp[j][e] - Dc[j][e % 2]);  // dS^T
       }
-    warp_pv<HS, QT>(dv, s, dob);  // dV += P^T dO
-    warp_pv<HS, QT>(dk, dp, qb);  // dK += dS^T Q
+    warp_pv<HS, COLS, QT>(dv, s, dob + col0);  // dV += P^T dO
+    warp_pv<HS, COLS, QT>(dk, dp, qb + col0);  // dK += dS^T Q
     __syncthreads();
   }
 
@@ -485,11 +522,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int r = 0; r < 2; ++r) {
     const int j = key0 + 8 * r;
     if (j >= T) continue;
-    bf16* dkrow = dqkv + (int64_t(b) * T + j) * ld + C + int64_t(h) * HS + 2 * (lane % 4);
+    bf16* drow = dqkv + (int64_t(b) * T + j) * ld + col0 + 2 * (lane % 4);
 #pragma unroll
-    for (int d = 0; d < HS / 8; ++d) {
-      accumulate_pair(dkrow + 8 * d, dk[d][2 * r] * scale, dk[d][2 * r + 1] * scale);
-      accumulate_pair(dkrow + C + 8 * d, dv[d][2 * r], dv[d][2 * r + 1]);
+    for (int d = 0; d < COLS / 8; ++d) {
+      accumulate_pair(drow + a.k_col(g) + 8 * d, dk[d][2 * r] * scale, dk[d][2 * r + 1] * scale);
+      accumulate_pair(drow + a.v_col(g) + 8 * d, dv[d][2 * r], dv[d][2 * r + 1]);
     }
   }
 }
@@ -498,11 +535,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 bool aligned16(const void* p) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// 1/sqrt(hs) in fp32, as the CPU twin and the other paths compute it.
-float score_scale(int hs) { return 1.0f / std::sqrt(float(hs)); }
+// q_scalar^-1/2 in fp32, as the CPU twin and the other paths compute it (1/sqrt(hs) plain).
+float score_scale(const AttentionShape& a) { return 1.0f / std::sqrt(a.q_scalar); }
 
-dim3 grid_for(int B, int T, int NH) {
-  return dim3(unsigned(NH), unsigned(B), unsigned((T + kBlockRows - 1) / kBlockRows));
+dim3 grid_for(int B, int T, int heads) {
+  return dim3(unsigned(heads), unsigned(B), unsigned((T + kBlockRows - 1) / kBlockRows));
 }
 
 // Above 48 KiB of dynamic shared memory a kernel must opt in (sm_80: 163 KiB, sm_89: 99 KiB).
@@ -512,91 +549,136 @@ cudaError_t allow_smem(Kernel kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
-// Raises eco::Error for a call the path does not take, naming the shapes.
-[[noreturn]] void reject(const char* what, int B, int T, int C, int NH) {
-  char ctx[384];
+// The shape of a call, for messages: "B=.. T=.. C=.. NH=.." for plain attention, else the heads,
+// head size, window and query scalar.
+void describe(char* buf, size_t n, int B, int T, const AttentionShape& a) {
+  if (a.plain())
+    std::snprintf(buf, n, "B=%d T=%d C=%d NH=%d", B, T, a.NH * a.hd, a.NH);
+  else
+    std::snprintf(buf, n, "B=%d T=%d NH=%d KVH=%d hs=%d window=%d q_scalar=%g", B, T, a.NH,
+                  a.KVH, a.hd, a.window, double(a.q_scalar));
+}
+
+// Raises eco::Error for a call the path does not take, naming its shape (describe's text).
+[[noreturn]] void reject(const char* what, const char* shape) {
+  char ctx[512];
   std::snprintf(ctx, sizeof ctx,
-                "B=%d T=%d C=%d NH=%d: the mma path needs B, T, NH >= 1, B <= 65535, "
-                "T <= 65535 * 64, C %% NH == 0, head size C/NH one of 32, 64, 128, 16-byte aligned "
-                "non-null bf16 buffers and non-null lse / D (use the GEMM path or the flash "
-                "kernel otherwise)",
-                B, T, C, NH);
+                "%s: the mma path needs B, T, NH, KVH >= 1, NH %% KVH == 0, B <= 65535, "
+                "T <= 65535 * 64, head size one of 32, 64, 128, 256, window >= 0, q_scalar > 0, "
+                "16-byte aligned non-null bf16 buffers and non-null lse / D (use the GEMM path "
+                "or the flash kernel otherwise)",
+                shape);
   fail(__FILE__, __LINE__, what, "cudaErrorInvalidValue", "unsupported call", ctx);
+}
+[[noreturn]] void reject(const char* what, int B, int T, const AttentionShape& a) {
+  char shape[160];
+  describe(shape, sizeof shape, B, T, a);
+  reject(what, shape);
+}
+// A plain call whose C does not split into NH heads the path takes.
+void check_plain(const char* what, int B, int T, int C, int NH) {
+  if (attention_mma_shape_ok(B, T, C, NH)) return;
+  char shape[96];
+  std::snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+  reject(what, shape);
 }
 
 // A launch's status as eco::Error naming the kernel and the shapes.
-void check_launch(cudaError_t e, const char* what, int B, int T, int C, int NH) {
+void check_launch(cudaError_t e, const char* what, int B, int T, const AttentionShape& a) {
   if (e == cudaSuccess) return;
-  char ctx[96];
-  std::snprintf(ctx, sizeof ctx, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+  char ctx[160];
+  describe(ctx, sizeof ctx, B, T, a);
   fail(__FILE__, __LINE__, what, cudaGetErrorName(e), cudaGetErrorString(e), ctx);
 }
 
 template <int HS>
-cudaError_t launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                           cudaStream_t s) {
+cudaError_t launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T,
+                           const AttentionShape& a, cudaStream_t s) {
   constexpr size_t smem = forward_smem<HS>();
   if (const cudaError_t e = allow_smem(mma_forward_kernel<HS>, smem); e != cudaSuccess) return e;
-  mma_forward_kernel<HS><<<grid_for(B, T, NH), kThreads, smem, s>>>(out, lse, qkv, T, C, NH,
-                                                                    score_scale(HS) * kLog2e);
+  mma_forward_kernel<HS><<<grid_for(B, T, a.NH), kThreads, smem, s>>>(out, lse, qkv, T, a,
+                                                                      score_scale(a) * kLog2e);
   return cudaGetLastError();
 }
 
 template <int HS>
 cudaError_t launch_backward(bf16* dqkv, const float* D, const bf16* dout, const bf16* qkv,
-                            const float* lse, int B, int T, int C, int NH, cudaStream_t s) {
+                            const float* lse, int B, int T, const AttentionShape& a,
+                            cudaStream_t s) {
   constexpr size_t smem_dq = dq_smem<HS>(), smem_dkdv = dkdv_smem<HS>();
   if (const cudaError_t e = allow_smem(mma_backward_dq_kernel<HS>, smem_dq); e != cudaSuccess)
     return e;
   if (const cudaError_t e = allow_smem(mma_backward_dkdv_kernel<HS>, smem_dkdv); e != cudaSuccess)
     return e;
-  const float scale = score_scale(HS), scale_log2 = scale * kLog2e;
-  mma_backward_dq_kernel<HS><<<grid_for(B, T, NH), kThreads, smem_dq, s>>>(
-      dqkv, D, dout, qkv, lse, T, C, NH, scale, scale_log2);
+  const float scale = score_scale(a), scale_log2 = scale * kLog2e;
+  mma_backward_dq_kernel<HS><<<grid_for(B, T, a.NH), kThreads, smem_dq, s>>>(
+      dqkv, D, dout, qkv, lse, T, a, scale, scale_log2);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  mma_backward_dkdv_kernel<HS><<<grid_for(B, T, NH), kThreads, smem_dkdv, s>>>(
-      dqkv, D, dout, qkv, lse, T, C, NH, scale, scale_log2);
+  mma_backward_dkdv_kernel<HS><<<grid_for(B, T, a.KVH * dkdv_slices(HS)), kThreads, smem_dkdv, s>>>(
+      dqkv, D, dout, qkv, lse, T, a, scale, scale_log2);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-bool attention_mma_supported(int B, int T, int C, int NH,
-                             std::initializer_list<const void*> matrices) {
-  if (!attention_mma_shape_ok(B, T, C, NH)) return false;
+bool attention_mma_gqa_supported(int B, int T, const AttentionShape& a,
+                                 std::initializer_list<const void*> matrices) {
+  if (!attention_mma_shape_ok(B, T, a)) return false;
   for (const void* p : matrices)
     if (!aligned16(p)) return false;
   return true;
 }
 
+bool attention_mma_supported(int B, int T, int C, int NH,
+                             std::initializer_list<const void*> matrices) {
+  return attention_mma_shape_ok(B, T, C, NH) &&
+         attention_mma_gqa_supported(B, T, AttentionShape::multi_head(NH, C / NH), matrices);
+}
+
+void attention_mma_forward_gqa(bf16* out, float* lse, const bf16* qkv, int B, int T,
+                               const AttentionShape& a, cudaStream_t s) {
+  if (!attention_mma_gqa_supported(B, T, a, {out, qkv}) || lse == nullptr)
+    reject("attention_mma_forward", B, T, a);
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (a.hd) {
+    case 32: e = launch_forward<32>(out, lse, qkv, B, T, a, s); break;
+    case 64: e = launch_forward<64>(out, lse, qkv, B, T, a, s); break;
+    case 128: e = launch_forward<128>(out, lse, qkv, B, T, a, s); break;
+    case 256: e = launch_forward<256>(out, lse, qkv, B, T, a, s); break;
+  }
+  check_launch(e, "attention_mma_forward", B, T, a);
+}
+
+void attention_mma_backward_gqa(bf16* dqkv, float* D, const bf16* dout, const bf16* qkv,
+                                const bf16* out, const float* lse, int B, int T,
+                                const AttentionShape& a, cudaStream_t s) {
+  if (!attention_mma_gqa_supported(B, T, a, {dqkv, dout, qkv, out}) || lse == nullptr ||
+      D == nullptr)
+    reject("attention_mma_backward", B, T, a);
+  check_launch(attention_rowdot(D, dout, out, B, T, a.NH * a.hd, a.NH, s),
+               "attention_mma_backward: D = rowsum(dout * out)", B, T, a);
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (a.hd) {
+    case 32: e = launch_backward<32>(dqkv, D, dout, qkv, lse, B, T, a, s); break;
+    case 64: e = launch_backward<64>(dqkv, D, dout, qkv, lse, B, T, a, s); break;
+    case 128: e = launch_backward<128>(dqkv, D, dout, qkv, lse, B, T, a, s); break;
+    case 256: e = launch_backward<256>(dqkv, D, dout, qkv, lse, B, T, a, s); break;
+  }
+  check_launch(e, "attention_mma_backward", B, T, a);
+}
+
 void attention_mma_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
                            cudaStream_t s) {
-  if (!attention_mma_supported(B, T, C, NH, {out, qkv}) || lse == nullptr)
-    reject("attention_mma_forward", B, T, C, NH);
-  cudaError_t e = cudaErrorInvalidValue;
-  switch (C / NH) {
-    case 32: e = launch_forward<32>(out, lse, qkv, B, T, C, NH, s); break;
-    case 64: e = launch_forward<64>(out, lse, qkv, B, T, C, NH, s); break;
-    case 128: e = launch_forward<128>(out, lse, qkv, B, T, C, NH, s); break;
-  }
-  check_launch(e, "attention_mma_forward", B, T, C, NH);
+  check_plain("attention_mma_forward", B, T, C, NH);
+  attention_mma_forward_gqa(out, lse, qkv, B, T, AttentionShape::multi_head(NH, C / NH), s);
 }
 
 void attention_mma_backward(bf16* dqkv, float* D, const bf16* dout, const bf16* qkv,
                             const bf16* out, const float* lse, int B, int T, int C, int NH,
                             cudaStream_t s) {
-  if (!attention_mma_supported(B, T, C, NH, {dqkv, dout, qkv, out}) || lse == nullptr ||
-      D == nullptr)
-    reject("attention_mma_backward", B, T, C, NH);
-  check_launch(attention_rowdot(D, dout, out, B, T, C, NH, s),
-               "attention_mma_backward: D = rowsum(dout * out)", B, T, C, NH);
-  cudaError_t e = cudaErrorInvalidValue;
-  switch (C / NH) {
-    case 32: e = launch_backward<32>(dqkv, D, dout, qkv, lse, B, T, C, NH, s); break;
-    case 64: e = launch_backward<64>(dqkv, D, dout, qkv, lse, B, T, C, NH, s); break;
-    case 128: e = launch_backward<128>(dqkv, D, dout, qkv, lse, B, T, C, NH, s); break;
-  }
-  check_launch(e, "attention_mma_backward", B, T, C, NH);
+  check_plain("attention_mma_backward", B, T, C, NH);
+  attention_mma_backward_gqa(dqkv, D, dout, qkv, out, lse, B, T,
+                             AttentionShape::multi_head(NH, C / NH), s);
 }
 
 }  // namespace eco::cuda

@@ -123,8 +123,9 @@ class CudaBackend final : public Backend {
     // The GEMM path's score scratch, unless the mma path takes the model's attention shapes.
     if (r.attention_scores &&
         cuda_ws::reserves_attention_scores(
-            attention_request_, cuda::attention_mma_supported(1, shapes.seq_len, shapes.d_model,
-                                                              shapes.n_head, {})))
+            attention_request_,
+            cuda::attention_mma_supported(1, shapes.seq_len, shapes.attention_width(),
+                                          shapes.n_head, {})))
       attention_scores(r.attention_scores);
     if (r.weight_bf16) weight_bf16_.get<bf16>(r.weight_bf16 / sizeof(bf16), s(), ledger_);
     if (r.fp8_activations) fp8_act_.get<uint8_t>(r.fp8_activations, s(), ledger_);
@@ -338,6 +339,70 @@ class CudaBackend final : public Backend {
                                                 bf(out), f32(att_state), B, Tn, C, NH, s()));
     }
   }
+  // Grouped-query, sliding-window or query-scaled attention (gemma3). A plain() shape is the
+  // multi-head attention above (its paths and their choice); any other runs the flash kernel
+  // (attention.cuh: head sizes up to 256) unless ECO_CUDA_ATTENTION=mma and the mma path takes it
+  // (attention_mma.cuh: head sizes 32, 64, 128, 256, 16-byte aligned buffers). Both save the same
+  // lse (B, NH, T), so a forward and a backward may take different paths.
+  void attention_forward_gqa(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
+                             int Tn, const AttentionShape& a) override {
+    if (a.plain()) {
+      attention_forward(out, att_state, qkv, B, Tn, a.NH * a.hd, a.NH);
+      return;
+    }
+    ECO_OP("attention_forward");
+    check_attention_shape(a);
+    if (gqa_attention_path(B, Tn, a, {bf(out), bf(qkv)}) == CudaAttention::Mma) {
+      cuda::attention_mma_forward_gqa(bf(out), f32(att_state), bf(qkv), B, Tn, a, s());
+      return;
+    }
+    ECO_CHECK_CUDA(cuda::attention_forward_gqa(bf(out), f32(att_state), bf(qkv), B, Tn, a, s()));
+  }
+  void attention_backward_gqa(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
+                              const Tensor& qkv, const Tensor& out, const Tensor& att_state, int B,
+                              int Tn, const AttentionShape& a) override {
+    if (a.plain()) {
+      attention_backward(dqkv, scratch, dout, qkv, out, att_state, B, Tn, a.NH * a.hd, a.NH);
+      return;
+    }
+    ECO_OP("attention_backward");
+    check_attention_shape(a);
+    if (gqa_attention_path(B, Tn, a, {bf(dqkv), bf(dout), bf(qkv), bf(out)}) ==
+        CudaAttention::Mma) {
+      cuda::attention_mma_backward_gqa(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
+                                       f32(att_state), B, Tn, a, s());
+      return;
+    }
+    ECO_CHECK_CUDA(cuda::attention_backward_gqa(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
+                                                f32(att_state), B, Tn, a, s()));
+  }
+  void rope_forward_gqa(const Tensor& out, const Tensor& inp, int B, int Tn, int NH, int KVH,
+                        int hd, float theta) override {
+    ECO_OP("rope_forward");
+    ECO_CHECK_CUDA(cuda::rope_forward_gqa(bf(out), bf(inp), B, Tn, NH, KVH, hd, theta, s()));
+  }
+  void rope_backward_gqa(const Tensor& dinp, const Tensor& dout, int B, int Tn, int NH, int KVH,
+                         int hd, float theta) override {
+    ECO_OP("rope_backward");
+    ECO_CHECK_CUDA(cuda::rope_backward_gqa(bf(dinp), bf(dout), B, Tn, NH, KVH, hd, theta, s()));
+  }
+  void qk_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp,
+                          const Tensor& wq, const Tensor& wk, int N, int NH, int KVH, int hd,
+                          float eps) override {
+    ECO_OP("qk_rmsnorm_forward");
+    ECO_CHECK_CUDA(cuda::qk_rmsnorm_forward(bf(out), f32(rstd), bf(inp), f32(wq), f32(wk), N, NH,
+                                            KVH, hd, eps, s()));
+  }
+  void qk_rmsnorm_backward(const Tensor& dinp, const Tensor& dwq, const Tensor& dwk,
+                           const Tensor& dout, const Tensor& inp, const Tensor& wq,
+                           const Tensor& wk, const Tensor& rstd, int N, int NH, int KVH,
+                           int hd) override {
+    ECO_OP("qk_rmsnorm_backward");
+    float* scratch = scratch_f32(cuda::qk_norm_backward_scratch_floats(hd));
+    ECO_CHECK_CUDA(cuda::qk_rmsnorm_backward(bf(dinp), f32(dwq), f32(dwk), bf(dout), bf(inp),
+                                             f32(wq), f32(wk), f32(rstd), N, NH, KVH, hd, scratch,
+                                             s()));
+  }
   void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) override {
     ECO_OP("gelu_forward");
     ECO_CHECK_CUDA(cuda::gelu_forward(bf(out), bf(inp), n, s()));
@@ -356,9 +421,31 @@ class CudaBackend final : public Backend {
     ECO_OP("swiglu_backward");
     ECO_CHECK_CUDA(cuda::swiglu_backward(bf(dinp), bf(dout), bf(inp), N, H, s()));
   }
+  void geglu_forward(const Tensor& out, const Tensor& inp, int N, int H) override {
+    ECO_OP("geglu_forward");
+    ECO_CHECK_CUDA(cuda::geglu_forward(bf(out), bf(inp), N, H, s()));
+  }
+  void geglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
+                      int H) override {
+    ECO_OP("geglu_backward");
+    ECO_CHECK_CUDA(cuda::geglu_backward(bf(dinp), bf(dout), bf(inp), N, H, s()));
+  }
+  // Activations (bf16: Gemma's embedding scale and its backward) or fp32 buffers.
+  void scale_inplace(const Tensor& x, float scale, int64_t n) override {
+    ECO_OP("scale_inplace");
+    if (x.dtype == DType::F32)
+      ECO_CHECK_CUDA(cuda::scale_inplace(f32(x), scale, n, s()));
+    else
+      ECO_CHECK_CUDA(cuda::scale_inplace_bf16(bf(x), scale, n, s()));
+  }
+  // Activations (bf16), or fp32 parameter-dtype operands: the (1 + w) gains of Gemma's norms
+  // (model_context.cpp's norm_gain) are w + ones in the parameters' dtype, as on the CPU.
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, int64_t n) override {
     ECO_OP("residual_forward");
-    ECO_CHECK_CUDA(cuda::residual_forward(bf(out), bf(a), bf(b), n, s()));
+    if (out.dtype == DType::F32)
+      ECO_CHECK_CUDA(cuda::add_f32(f32(out), f32(a), f32(b), n, s()));
+    else
+      ECO_CHECK_CUDA(cuda::residual_forward(bf(out), bf(a), bf(b), n, s()));
   }
   void residual_norm_forward(const Tensor& resid, const Tensor& out, const Tensor& mean,
                              const Tensor& rstd, const Tensor& a, const Tensor& b, const Tensor& w,
@@ -767,6 +854,23 @@ class CudaBackend final : public Backend {
     return choose_cuda_attention(attention_request_,
                                  cuda::attention_mma_supported(B, T, C, NH, matrices),
                                  cuda::attention_gemm_supported(B, T, C, NH, matrices));
+  }
+  // The path of a grouped-query / windowed call: mma when asked for (ECO_CUDA_ATTENTION=mma) and
+  // it takes the call, else the flash kernel. (Auto stays on the flash kernel, as for plain
+  // attention, until the mma path has passed its GPU tests: kernels/common/cuda_attention.h.)
+  CudaAttention gqa_attention_path(int B, int T, const AttentionShape& a,
+                                   std::initializer_list<const void*> matrices) const {
+    return attention_request_ == CudaAttention::Mma &&
+                   cuda::attention_mma_gqa_supported(B, T, a, matrices)
+               ? CudaAttention::Mma
+               : CudaAttention::Flash;
+  }
+  // A head size beyond every path, named (the config check refuses it first: model.head_dim).
+  static void check_attention_shape(const AttentionShape& a) {
+    if (a.hd > cuda::kAttentionMaxHeadSize)
+      runtime_error("the CUDA attention takes head sizes up to {} (the flash kernel; the mma "
+                    "path: 32, 64, 128, 256), not {}",
+                    cuda::kAttentionMaxHeadSize, a.hd);
   }
   // One sequence's attention scores and probabilities for the GEMM path.
   void* attention_scores(size_t bytes) {

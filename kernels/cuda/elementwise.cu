@@ -23,9 +23,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    add_inplace_f32_kernel(float* acc, const float* x, int64_t n) {
+    add_f32_kernel(float* out, const float* a, const float* b, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) acc[i] = acc[i] + x[i];
+  if (i < n) out[i] = a[i] + b[i];
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -36,6 +36,10 @@ __global__ void __launch_bounds__(kThreads)
 
 struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Scale {
+  float s;
+  __device__ float operator()(float x) const { return x * s; }
 };
 
 unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
@@ -63,10 +67,18 @@ cudaError_t scale_inplace(float* x, float scale, int64_t n, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-cudaError_t add_inplace_f32(float* acc, const float* x, int64_t n, cudaStream_t s) {
-  if (const cudaError_t e = check(n, acc, x); e != cudaSuccess || n == 0) return e;
-  add_inplace_f32_kernel<<<blocks_for(n), kThreads, 0, s>>>(acc, x, n);
+cudaError_t add_f32(float* out, const float* a, const float* b, int64_t n, cudaStream_t s) {
+  if (const cudaError_t e = check(n, out, a, b); e != cudaSuccess || n == 0) return e;
+  add_f32_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, a, b, n);
   return cudaGetLastError();
+}
+
+cudaError_t scale_inplace_bf16(bf16* x, float scale, int64_t n, cudaStream_t s) {
+  return map_bf16<1>(x, x, nullptr, nullptr, n, Scale{scale}, s);
+}
+
+cudaError_t add_inplace_f32(float* acc, const float* x, int64_t n, cudaStream_t s) {
+  return add_f32(acc, acc, x, n, s);  // acc = acc + x
 }
 
 cudaError_t gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t s) {

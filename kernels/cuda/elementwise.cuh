@@ -1,5 +1,6 @@
-// Element-wise CUDA kernels (see elementwise.cu): residual add and gradient accumulate on bf16
-// activations, in-place scale of fp32 buffers (clipping) and an fp32 GELU. Each host entry point
+// Element-wise CUDA kernels (see elementwise.cu): residual add, gradient accumulate and in-place
+// scale (Gemma's embedding scale) on bf16 activations, the fp32 add (Gemma's 1 + w norm gains),
+// in-place scale of fp32 buffers (clipping) and an fp32 GELU. Each host entry point
 // returns the launch status; callers check it with ECO_CHECK_CUDA. Under nvcc, also the bf16
 // element-wise map that these and the MLP activations (activations.cu) are built on.
 #pragma once
@@ -13,6 +14,14 @@ namespace eco::cuda {
 // out (n) = a + b (bf16, fp32 add, one rounding). out may alias a or b.
 cudaError_t residual_forward(__nv_bfloat16* out, const __nv_bfloat16* a, const __nv_bfloat16* b,
                              int64_t n, cudaStream_t s = nullptr);
+// out (n) = a + b in fp32 (parameter-dtype operands: the (1 + w) gains of Gemma's norms). out may
+// alias a or b.
+cudaError_t add_f32(float* out, const float* a, const float* b, int64_t n,
+                    cudaStream_t s = nullptr);
+// x (n) *= scale (bf16, the product in fp32, one rounding: Gemma's embedding scale sqrt(d) and its
+// backward).
+cudaError_t scale_inplace_bf16(__nv_bfloat16* x, float scale, int64_t n,
+                               cudaStream_t s = nullptr);
 // dst (n) += src (bf16).
 cudaError_t accumulate(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t n,
                        cudaStream_t s = nullptr);

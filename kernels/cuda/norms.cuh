@@ -1,5 +1,6 @@
-// LayerNorm and RMSNorm on the GPU: bf16 activations, fp32 gains/biases and saved statistics,
-// fp32 deterministic parameter gradients. Contracts as eco::cpu::*norm_* (kernels/cpu/kernels.h).
+// LayerNorm, RMSNorm and QK-norm on the GPU: bf16 activations, fp32 gains/biases and saved
+// statistics, fp32 deterministic parameter gradients. Contracts as eco::cpu::*norm_*
+// (kernels/cpu/kernels.h). QK-norm's kernels are in qk_norm.cu.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -42,5 +43,20 @@ cudaError_t residual_rmsnorm_forward(__nv_bfloat16* resid, __nv_bfloat16* out, f
 cudaError_t rmsnorm_backward(__nv_bfloat16* dinp, float* dweight, const __nv_bfloat16* dout,
                              const __nv_bfloat16* inp, const float* weight, const float* rstd,
                              int N, int C, float* scratch, cudaStream_t s = nullptr);
+
+// QK-norm: RMSNorm over each hd-wide q head (gain wq (hd)) and k head (gain wk (hd)) of qkv rows
+// (N, (NH + 2 KVH) hd) into out (same shape; v copied; out and inp distinct); rstd (N, NH + KVH)
+// saved.
+cudaError_t qk_rmsnorm_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* inp,
+                               const float* wq, const float* wk, int N, int NH, int KVH, int hd,
+                               float eps, cudaStream_t s = nullptr);
+// dinp (N, (NH + 2 KVH) hd) bf16 += (v's gradient passes); dwq, dwk (hd) fp32 +=. scratch:
+// qk_norm_backward_scratch_floats(hd) floats (the gains' per-chunk partials).
+constexpr int kQkRowChunks = 128;
+inline size_t qk_norm_backward_scratch_floats(int hd) { return size_t(2) * kQkRowChunks * hd; }
+cudaError_t qk_rmsnorm_backward(__nv_bfloat16* dinp, float* dwq, float* dwk,
+                                const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                                const float* wq, const float* wk, const float* rstd, int N, int NH,
+                                int KVH, int hd, float* scratch, cudaStream_t s = nullptr);
 
 }  // namespace eco::cuda

@@ -8,7 +8,9 @@ namespace eco::cuda_ws {
 
 Reservation reservation(const WorkspaceShapes& w) {
   Reservation r;
-  if (attention_gemm_shape_ok(w.d_model, w.n_head))
+  // Only plain multi-head attention takes the GEMM path (grouped-query and windowed attention run
+  // the flash or mma kernels, which need no score matrices).
+  if (w.plain_attention && attention_gemm_shape_ok(w.attention_width(), w.n_head))
     r.attention_scores = attention_scores_bytes(w.seq_len, w.n_head);
   int64_t weight = w.largest_weight;
   if (pads_output_channels(w.d_model, w.vocab))

@@ -15,6 +15,7 @@
 #include "core/input_file.h"
 #include "core/treatment.h"
 #include "core/config_reader.h"
+#include "kernels/common/attention_shape.h"
 
 namespace eco {
 namespace {
@@ -380,19 +381,17 @@ bool ModelConfig::structure_matches_family() const {
 }
 
 void require_device_runs_model(const Config& c) {
-  // The CUDA backend runs plain multi-head attention and the gpt2 / llama blocks; gemma3's
-  // kernels (GQA, sliding window, QK-norm, GeGLU, the sandwich norms) are CPU-only so far.
+  // The CUDA backend runs every family (gemma3's grouped-query, sliding-window attention, QK-norm,
+  // GeGLU and (1 + w) norms included); its attention kernels take head sizes up to
+  // kCudaAttentionMaxHeadSize (kernels/common/attention_shape.h).
   if (c.device != Device::Cuda) return;
   const ModelConfig& m = c.model;
-  const std::string& origin = c.source_path;
-  require(m.family != ModelFamily::Gemma3, origin, "model.family",
-          "gemma3 runs on device: cpu only so far (its CUDA kernels are not built yet; --plan "
-          "plans it for cuda)");
-  require(m.kv_heads() == m.n_head, origin, "model.n_kv_head",
-          "grouped-query attention (n_kv_head < n_head) runs on device: cpu only so far");
-  require(m.plain_attention(), origin, "model.head_dim",
-          "head_dim other than d_model / n_head, sliding_window and query_pre_attn_scalar run on "
-          "device: cpu only so far");
+  require(m.head_dim() <= kCudaAttentionMaxHeadSize, c.source_path,
+          m.head_dim_override > 0 ? "model.head_dim" : "model.d_model",
+          fmt::format("head size {} on device: cuda: the CUDA attention kernels take head sizes "
+                      "up to {} (the flash kernel any size up to it, the mma kernel 32, 64, 128 "
+                      "and 256)",
+                      m.head_dim(), kCudaAttentionMaxHeadSize));
 }
 
 int64_t Config::total_steps() const {

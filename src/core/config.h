@@ -123,12 +123,6 @@ struct ModelConfig {
   float query_scalar() const {
     return query_pre_attn_scalar > 0 ? query_pre_attn_scalar : float(head_dim());
   }
-  // Whether the attention is plain multi-head attention over d_model (no GQA, no own head_dim,
-  // no window, the usual scale): what the CUDA backend runs today.
-  bool plain_attention() const {
-    return kv_heads() == n_head && head_dim() * n_head == d_model && sliding_window == 0 &&
-           query_scalar() == float(head_dim());
-  }
   bool norm_bias() const { return norm == NormKind::LayerNorm; }
   // Rows of the MLP's first linear: H, or 2H for the gated MLPs' gate and up projections.
   int64_t fc_rows() const { return mlp_gated(mlp) ? 2 * int64_t(mlp_hidden) : mlp_hidden; }
@@ -255,9 +249,9 @@ std::vector<std::string> trajectory_keys(const Config& cfg);
 // text) differs from `cfg`'s, as "optim.lr: 0.001 in the checkpoint, 0.003 now".
 std::vector<std::string> trajectory_differences(const std::string& saved_yaml, const Config& cfg);
 
-// A usage error naming the key when cfg.device cannot run cfg.model yet (cuda: gemma3, grouped-
-// query attention, own head_dim, sliding window). The trainer calls it before it makes the
-// backend; --plan does not, so that a gemma3 config plans with the CUDA layouts.
+// A usage error naming the key when cfg.device cannot run cfg.model (cuda: a head size above the
+// CUDA attention's limit, 256). The trainer calls it before it makes the backend; --plan does
+// not.
 void require_device_runs_model(const Config& cfg);
 
 // A Treatment serialises to JSON (nlohmann, found by argument-dependent lookup) as its name.

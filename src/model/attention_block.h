@@ -31,6 +31,8 @@ class AttentionBlock {
                 const Tensor& x_in, int B, int T);
   // The post-norm (post_norms), else weight -1.
   NormRef post_norm() const { return post_norm_; }
+  // This layer's attention: heads, head size, window (local layers) and query scale.
+  const AttentionShape& shape() const { return shape_; }
 
  private:
   AttentionShape shape_;

@@ -57,61 +57,6 @@ void Backend::residual_norm_forward(const Tensor& resid, const Tensor& out, cons
     layernorm_forward(out, mean, rstd, resid, w, bias, N, C, eps);
 }
 
-namespace {
-[[noreturn]] void no_kernel(const Backend& be, const char* op, const char* what) {
-  runtime_error("the {} backend has no {} kernel for {} yet (it runs on the cpu backend)",
-                be.name(), op, what);
-}
-}  // namespace
-
-void Backend::attention_forward_gqa(const Tensor& out, const Tensor& att_state, const Tensor& qkv,
-                                    int B, int T, const AttentionShape& a) {
-  if (!a.plain()) no_kernel(*this, "attention", "grouped-query or sliding-window attention");
-  attention_forward(out, att_state, qkv, B, T, a.NH * a.hd, a.NH);
-}
-
-void Backend::attention_backward_gqa(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
-                                     const Tensor& qkv, const Tensor& out, const Tensor& att_state,
-                                     int B, int T, const AttentionShape& a) {
-  if (!a.plain()) no_kernel(*this, "attention", "grouped-query or sliding-window attention");
-  attention_backward(dqkv, scratch, dout, qkv, out, att_state, B, T, a.NH * a.hd, a.NH);
-}
-
-void Backend::rope_forward_gqa(const Tensor& out, const Tensor& inp, int B, int T, int NH, int KVH,
-                               int hd, float theta) {
-  if (KVH != NH) no_kernel(*this, "rope", "grouped-query attention");
-  rope_forward(out, inp, B, T, NH * hd, NH, theta);
-}
-
-void Backend::rope_backward_gqa(const Tensor& dinp, const Tensor& dout, int B, int T, int NH,
-                                int KVH, int hd, float theta) {
-  if (KVH != NH) no_kernel(*this, "rope", "grouped-query attention");
-  rope_backward(dinp, dout, B, T, NH * hd, NH, theta);
-}
-
-void Backend::qk_rmsnorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 const Tensor&, int, int, int, int, float) {
-  no_kernel(*this, "qk_rmsnorm_forward", "QK-norm");
-}
-
-void Backend::qk_rmsnorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&, int,
-                                  int, int, int) {
-  no_kernel(*this, "qk_rmsnorm_backward", "QK-norm");
-}
-
-void Backend::geglu_forward(const Tensor&, const Tensor&, int, int) {
-  no_kernel(*this, "geglu_forward", "the GeGLU MLP");
-}
-
-void Backend::geglu_backward(const Tensor&, const Tensor&, const Tensor&, int, int) {
-  no_kernel(*this, "geglu_backward", "the GeGLU MLP");
-}
-
-void Backend::scale_inplace(const Tensor&, float, int64_t) {
-  no_kernel(*this, "scale_inplace", "scaled embeddings");
-}
-
 void check_sum_segments(const Tensor& x, const std::vector<SumSegment>& segs) {
   const int64_t n = x.numel();
   for (size_t k = 0; k < segs.size(); ++k) {

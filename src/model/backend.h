@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "core/qtensor.h"
 #include "core/treatment.h"
+#include "kernels/common/attention_shape.h"
 #include "kernels/common/bf16.h"
 #include "kernels/common/eco_update.h"
 #include "kernels/common/moe_router.h"
@@ -28,25 +29,20 @@ namespace eco {
 struct WorkspaceShapes {
   int64_t tokens = 0;             // B * T rows of activations
   int seq_len = 0, d_model = 0, n_head = 0, vocab = 0;
+  int head_dim = 0;               // the attention's head size; 0: d_model / n_head
+  // Whether some layer runs plain multi-head attention (AttentionShape::plain: the paths with a
+  // score workspace take only those); the others run grouped-query / windowed attention.
+  bool plain_attention = true;
   int64_t widest_linear_in = 0;   // the largest C of a block linear's input (d_model or mlp hidden)
   int64_t widest_linear_out = 0;  // the largest OC of a block linear (3 d_model or the mlp's fc)
   int64_t largest_weight = 0;     // elements of the largest weight any GEMM reads (the head's)
   bool fp8_activations = false;   // the forward casts block-linear inputs to E4M3 per row
+  // Width of the attention's output rows, n_head x head size (the C of plain attention).
+  int attention_width() const { return n_head * (head_dim > 0 ? head_dim : d_model / n_head); }
 };
 
-// The shape of a (grouped-query, optionally sliding-window) causal attention. qkv rows hold
-// [q (NH heads) | k (KVH heads) | v (KVH heads)], each head hd wide: QKV = (NH + 2 KVH) hd;
-// the output rows are NH hd wide. Query head h reads key/value head h / (NH / KVH). window > 0:
-// query t sees keys (t - window, t]; 0: all of [0, t]. Scores are scaled by q_scalar^-1/2.
-struct AttentionShape {
-  int NH = 0, KVH = 0, hd = 0;
-  int window = 0;
-  float q_scalar = 0;
-  int64_t qkv_width() const { return int64_t(NH + 2 * KVH) * hd; }
-  int64_t out_width() const { return int64_t(NH) * hd; }
-  // Plain multi-head attention: what attention_forward(..., C, NH) computes with C = NH hd.
-  bool plain() const { return KVH == NH && window == 0 && q_scalar == float(hd); }
-};
+// AttentionShape (kernels/common/attention_shape.h): the shape of a grouped-query, optionally
+// sliding-window causal attention with a query scale.
 
 // One tensor of a plain (unquantized) update: param, grad, m (and v for AdamW) of n elements.
 struct PlainUpdate {
@@ -169,31 +165,30 @@ class Backend {
                                   const Tensor& qkv, const Tensor& out, const Tensor& att_state,
                                   int B, int T, int C, int NH) = 0;
   // The general attention (AttentionShape: GQA, sliding window, query scale): qkv (B*T,
-  // qkv_width) -> out (B*T, out_width); att_state has attention_state_shape(B, NH, T). The
-  // defaults run the multi-head operations above for a plain() shape and refuse any other (a
-  // backend without these kernels yet: CUDA).
+  // qkv_width) -> out (B*T, out_width); att_state has attention_state_shape(B, NH, T) (the
+  // multi-head operations above are the plain() case).
   virtual void attention_forward_gqa(const Tensor& out, const Tensor& att_state, const Tensor& qkv,
-                                     int B, int T, const AttentionShape& a);
+                                     int B, int T, const AttentionShape& a) = 0;
   virtual void attention_backward_gqa(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
                                       const Tensor& qkv, const Tensor& out,
                                       const Tensor& att_state, int B, int T,
-                                      const AttentionShape& a);
-  // RoPE over the NH q heads and KVH k heads of qkv rows (B*T, (NH + 2 KVH) hd); v passes. The
-  // defaults run rope_forward / rope_backward when KVH == NH and refuse otherwise.
+                                      const AttentionShape& a) = 0;
+  // RoPE over the NH q heads and KVH k heads of qkv rows (B*T, (NH + 2 KVH) hd); v passes
+  // (rope_forward / rope_backward are the case KVH == NH).
   virtual void rope_forward_gqa(const Tensor& out, const Tensor& inp, int B, int T, int NH,
-                                int KVH, int hd, float theta);
+                                int KVH, int hd, float theta) = 0;
   virtual void rope_backward_gqa(const Tensor& dinp, const Tensor& dout, int B, int T, int NH,
-                                 int KVH, int hd, float theta);
+                                 int KVH, int hd, float theta) = 0;
   // QK-norm: RMSNorm over each hd-wide q head (gain wq (hd)) and k head (gain wk (hd)) of qkv
   // rows (N, (NH + 2 KVH) hd) into out (same shape; v copied); rstd (N, NH + KVH). Its backward
-  // accumulates dinp (v's gradient passes), dwq and dwk. No default: CPU only so far.
+  // accumulates dinp (v's gradient passes), dwq and dwk.
   virtual void qk_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp,
                                   const Tensor& wq, const Tensor& wk, int N, int NH, int KVH,
-                                  int hd, float eps);
+                                  int hd, float eps) = 0;
   virtual void qk_rmsnorm_backward(const Tensor& dinp, const Tensor& dwq, const Tensor& dwk,
                                    const Tensor& dout, const Tensor& inp, const Tensor& wq,
                                    const Tensor& wk, const Tensor& rstd, int N, int NH, int KVH,
-                                   int hd);
+                                   int hd) = 0;
   virtual void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout,
                              int64_t n) = 0;
@@ -201,13 +196,14 @@ class Backend {
   virtual void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
                                int H) = 0;
   // GeGLU: inp (N, 2H) = [gate | up] -> out (N, H) = gelu_tanh(gate) * up; backward as
-  // swiglu_backward. No default: CPU only so far.
-  virtual void geglu_forward(const Tensor& out, const Tensor& inp, int N, int H);
+  // swiglu_backward.
+  virtual void geglu_forward(const Tensor& out, const Tensor& inp, int N, int H) = 0;
   virtual void geglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
-                              int H);
-  // x (n) *= s: Gemma's embedding scale sqrt(d_model), and its backward. No default: CPU only
-  // so far.
-  virtual void scale_inplace(const Tensor& x, float s, int64_t n);
+                              int H) = 0;
+  // x (n) *= s: Gemma's embedding scale sqrt(d_model) on the activations, and its backward.
+  virtual void scale_inplace(const Tensor& x, float s, int64_t n) = 0;
+  // out (n) = a + b: activations (the residual stream), or dtype() operands (the (1 + w) gains of
+  // Gemma's norms, model_context.cpp's norm_gain).
   virtual void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b,
                                 int64_t n) = 0;
   // The residual add and the norm after it: resid (N, C) = a + b as residual_forward, then out

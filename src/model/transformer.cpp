@@ -117,6 +117,10 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   shapes.seq_len = int(T);
   shapes.d_model = int(C);
   shapes.n_head = int(NH);
+  shapes.head_dim = int(hd);
+  shapes.plain_attention = false;
+  for (int l = 0; l < cfg.n_layer; ++l)
+    shapes.plain_attention |= blocks_[size_t(l)]->attention().shape().plain();
   shapes.vocab = int(V);
   shapes.widest_linear_in = std::max({C, H, A});
   shapes.widest_linear_out = std::max(QKV, FC);

@@ -1,7 +1,8 @@
 // The checks the emulated attention paths share (test_attention_flash.cpp, test_attention_mma.cpp,
-// test_attention_gemm.cpp),
+// test_attention_gemm.cpp, test_attention_gqa.cpp),
 // mirroring tests/gpu/test_attention_gpu.cu: the path's forward and backward against the CPU twin
-// eco::cpu::attention_forward / attention_backward<float> run on the same bf16-rounded inputs.
+// eco::cpu::attention_forward_gqa / attention_backward_gqa<float> (multi-head attention being its
+// case KVH = NH, window 0, q_scalar = hs) run on the same bf16-rounded inputs.
 // Tolerances (as the GPU test, which explains them): out 5e-3 and dqkv 1e-2 in relative norm,
 // 2e-2 per part (q, k, v) and over the last 8 tokens; lse within 2e-5 of float64. Outputs and
 // scratch start poisoned (NaN) inside 0xFF guard bands that must survive.
@@ -42,26 +43,40 @@ struct Path {
       backward;
 };
 
-// The flash kernel (attention.cuh) and the mma path (attention_mma.cuh).
+// The flash kernel (attention.cuh) and the mma path (attention_mma.cuh): a plain shape through the
+// multi-head entry points (over C, NH), any other through the grouped-query ones.
 inline const Path kFlash{
     "flash",
     [](bf16* out, float* lse, const bf16* qkv, const Shape& s) {
-      ASSERT_EQ(eco::cuda::attention_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH), cudaSuccess);
+      ASSERT_EQ(s.plain() ? eco::cuda::attention_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH)
+                          : eco::cuda::attention_forward_gqa(out, lse, qkv, s.B, s.T,
+                                                             s.attention()),
+                cudaSuccess);
     },
     [](bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
        const Shape& s) {
-      ASSERT_EQ(eco::cuda::attention_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T, s.C(), s.NH),
+      ASSERT_EQ(s.plain() ? eco::cuda::attention_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T,
+                                                          s.C(), s.NH)
+                          : eco::cuda::attention_backward_gqa(dqkv, D, dout, qkv, out, lse, s.B,
+                                                              s.T, s.attention()),
                 cudaSuccess);
     }};
-inline const Path kMma{"mma",
-                       [](bf16* out, float* lse, const bf16* qkv, const Shape& s) {
-                         eco::cuda::attention_mma_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH);
-                       },
-                       [](bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out,
-                          const float* lse, const Shape& s) {
-                         eco::cuda::attention_mma_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T,
-                                                           s.C(), s.NH);
-                       }};
+inline const Path kMma{
+    "mma",
+    [](bf16* out, float* lse, const bf16* qkv, const Shape& s) {
+      if (s.plain())
+        eco::cuda::attention_mma_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH);
+      else
+        eco::cuda::attention_mma_forward_gqa(out, lse, qkv, s.B, s.T, s.attention());
+    },
+    [](bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+       const Shape& s) {
+      if (s.plain())
+        eco::cuda::attention_mma_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T, s.C(), s.NH);
+      else
+        eco::cuda::attention_mma_backward_gqa(dqkv, D, dout, qkv, out, lse, s.B, s.T,
+                                              s.attention());
+    }};
 
 // The GEMM path (attention_gemm.cuh): cuBLASLt strided batched GEMMs (the emulated cuBLASLt,
 // shim/cublasLt.h) around the row kernels, on one engine, with a scratch poisoned (NaN) before
@@ -107,27 +122,43 @@ inline std::vector<float> values(const std::vector<uint16_t>& bits) {
 
 using eco::rel_err;  // src/core/rel_err.h
 
-// lse[b, h, t] = log sum_{u <= t} exp(q_t . k_u / sqrt(hs)), in float64.
+// lse[b, h, t] = log sum over the keys u query t sees of exp(q_t . k_u q_scalar^-1/2), in
+// float64 (query head h reads kv head h / (NH / KVH)).
 inline std::vector<double> reference_lse(const std::vector<float>& qkv, const Shape& s) {
-  const int C = s.C();
+  const eco::AttentionShape a = s.attention();
+  const size_t ld = size_t(s.qkv_width());
   std::vector<double> lse(s.n_lse()), sc;
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < s.NH; ++h)
       for (int t = 0; t < s.T; ++t) {
-        const float* q = &qkv[(size_t(b) * s.T + t) * 3 * C + size_t(h) * s.hs];
-        sc.assign(size_t(t) + 1, 0.0);
+        const float* q = &qkv[(size_t(b) * s.T + t) * ld + size_t(a.q_col(h))];
+        const int u0 = eco::attention_first_key(t, a.window);
+        sc.assign(size_t(t - u0) + 1, 0.0);
         double mx = -INFINITY, sum = 0;
-        for (int u = 0; u <= t; ++u) {
-          const float* k = &qkv[(size_t(b) * s.T + u) * 3 * C + C + size_t(h) * s.hs];
+        for (int u = u0; u <= t; ++u) {
+          const float* k = &qkv[(size_t(b) * s.T + u) * ld + size_t(a.k_col(h / a.group()))];
           double dot = 0;
           for (int d = 0; d < s.hs; ++d) dot += double(q[d]) * k[d];
-          sc[size_t(u)] = dot / std::sqrt(double(s.hs));
-          mx = std::max(mx, sc[size_t(u)]);
+          sc[size_t(u - u0)] = dot / std::sqrt(double(a.q_scalar));
+          mx = std::max(mx, sc[size_t(u - u0)]);
         }
         for (double x : sc) sum += std::exp(x - mx);
         lse[(size_t(b) * s.NH + h) * s.T + t] = mx + std::log(sum);
       }
   return lse;
+}
+
+// The CPU twin's forward (out, probabilities) and backward (dqkv +=) for the shape.
+inline void cpu_forward(float* out, float* att, const float* qkv, const Shape& s) {
+  const eco::AttentionShape a = s.attention();
+  eco::cpu::attention_forward_gqa(out, att, qkv, s.B, s.T, a.NH, a.KVH, a.hd, a.window,
+                                  a.q_scalar);
+}
+inline void cpu_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                         const float* att, const Shape& s) {
+  const eco::AttentionShape a = s.attention();
+  eco::cpu::attention_backward_gqa(dqkv, scratch, dout, qkv, att, s.B, s.T, a.NH, a.KVH, a.hd,
+                                   a.window, a.q_scalar);
 }
 
 // The worst errors seen, printed for the record (the max errors the README reports).
@@ -142,7 +173,7 @@ inline void expect_forward_matches_cpu(const Path& path, const std::vector<Shape
     SCOPED_TRACE(std::string(path.name) + " " + s.str());
     const Bf16Data qkv = random_bf16(s.n_qkv(), 100 + s.T + s.hs, 1.0f);
     std::vector<float> ref(s.n_out()), att(s.n_att());
-    eco::cpu::attention_forward(ref.data(), att.data(), qkv.values.data(), s.B, s.T, s.C(), s.NH);
+    cpu_forward(ref.data(), att.data(), qkv.values.data(), s);
     Guarded<uint16_t> d_qkv(qkv.bits), d_out(s.n_out());
     Guarded<float> d_lse(s.n_lse());
     path.forward(bf16p(d_out), d_lse.data(), bf16p(d_qkv), s);
@@ -181,9 +212,8 @@ inline void expect_backward_matches_cpu(const Path& fwd, const Path& bwd,
 
     std::vector<float> out(s.n_out()), att(s.n_att()), scratch(att.size()),
         ref = dqkv0.values;
-    eco::cpu::attention_forward(out.data(), att.data(), qkv.values.data(), s.B, s.T, s.C(), s.NH);
-    eco::cpu::attention_backward(ref.data(), scratch.data(), dout.values.data(), qkv.values.data(),
-                                 att.data(), s.B, s.T, s.C(), s.NH);
+    cpu_forward(out.data(), att.data(), qkv.values.data(), s);
+    cpu_backward(ref.data(), scratch.data(), dout.values.data(), qkv.values.data(), att.data(), s);
 
     bwd.backward(bf16p(d_dqkv), d_D.data(), bf16p(d_dout), bf16p(d_qkv), bf16p(d_out), d_lse.data(),
                  s);
@@ -194,22 +224,26 @@ inline void expect_backward_matches_cpu(const Path& fwd, const Path& bwd,
       g_ref[i] = ref[i] - dqkv0.values[i];
     }
     const double e = rel_err(got, ref), e_grad = rel_err(g_got, g_ref);
-    const int C = s.C();
+    const int ld = s.qkv_width();
     const auto select = [&](auto keep) {
       std::vector<float> a, b;
       for (int bi = 0; bi < s.B; ++bi)
         for (int t = 0; t < s.T; ++t)
-          for (int j = 0; j < 3 * C; ++j)
+          for (int j = 0; j < ld; ++j)
             if (keep(t, j)) {
-              const size_t i = (size_t(bi) * s.T + t) * 3 * C + size_t(j);
+              const size_t i = (size_t(bi) * s.T + t) * ld + size_t(j);
               a.push_back(g_got[i]);
               b.push_back(g_ref[i]);
             }
       return rel_err(a, b);
     };
+    // The part (q 0, k 1, v 2) of column j of a qkv row.
+    const auto part_of = [&](int j) {
+      return j < s.C() ? 0 : j < (s.NH + s.kv_heads()) * s.hs ? 1 : 2;
+    };
     double e_part[3];
     for (int part = 0; part < 3; ++part)
-      e_part[part] = select([&](int, int j) { return j / C == part; });
+      e_part[part] = select([&](int, int j) { return part_of(j) == part; });
     const double e_tail = select([&](int t, int) { return t >= s.T - 8; });
     std::printf(
         "[   emu    ] %s -> %s backward %s: dqkv rel %.2e, gradient %.2e (q %.2e k %.2e "

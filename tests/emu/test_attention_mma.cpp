@@ -53,16 +53,16 @@ TEST(EmuAttentionMma, ForwardAndBackwardAreTheSameInAnyBlockOrder) {
 }
 
 // Shared memory (bf16 rows padded to hs + 8): forward Q (64 rows) + 2 x {K, V} (64 rows each);
-// dq Q, dO (64) + 2 x {K, V} (step rows: 64, 32 at hs 128); dkdv K, V + 2 x {Q, dO} + 2 x {lse, D}
-// (fp32). Within sm_90's 227 KiB, and (the launch aborts otherwise) opted in above 48 KiB.
+// dq Q, dO (64) + 2 x {K, V} (step rows: 64, 32 at hs 128); dkdv K, V + 2 x {Q, dO} (lse and D
+// are read from global memory). Within sm_90's 227 KiB, and (the launch aborts otherwise) opted
+// in above 48 KiB. (hs 256: test_attention_gqa.cpp.)
 TEST(EmuAttentionMma, SharedMemoryPerHeadSizeFitsSm90AndIsOptedInAbove48KiB) {
   for (int hs : {32, 64, 128}) {
     emu::smem_launches.clear();
     attn::run_forward_and_backward(kMma, {1, 2, 1, hs});
     ASSERT_EQ(emu::smem_launches.size(), 3u);
     const size_t ld = size_t(hs + 8), step = hs <= 64 ? 64 : 32;
-    const size_t f = 2 * (64 + 4 * 64) * ld, dq = 2 * (2 * 64 + 4 * step) * ld,
-                 dkdv = dq + 4 * 4 * step;
+    const size_t f = 2 * (64 + 4 * 64) * ld, dq = 2 * (2 * 64 + 4 * step) * ld, dkdv = dq;
     EXPECT_EQ(emu::smem_launches[0].bytes, f) << "forward, hs " << hs;
     EXPECT_EQ(emu::smem_launches[1].bytes, dq) << "dq, hs " << hs;
     EXPECT_EQ(emu::smem_launches[2].bytes, dkdv) << "dkdv, hs " << hs;

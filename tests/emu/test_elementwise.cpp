@@ -5,6 +5,9 @@
 //    aliasing b, n ragged around the 8-element chunk, special values (inf, NaN, -0, overflow,
 //    subnormals) in the vector body and the tail; NaN-poisoned outputs and guard bands.
 //  - scale_inplace: bit for bit against the CPU twin (one fp32 multiply per element).
+//  - scale_inplace_bf16 (Gemma's embedding scale): the CPU twin's fp32 product on the widened
+//    input, rounded once, bit for bit, both paths; add_f32 (Gemma's 1 + w gains): the host's
+//    fp32 sum bit for bit, out separate or aliasing an input.
 // The kernels have no barrier: they run in the emulator's sequential mode.
 #include <cmath>
 #include <cstdio>
@@ -172,6 +175,51 @@ TEST(EmuElementwise, AddInplaceF32EqualsHostAddBitwise) {
   EXPECT_GT(tally.cases, 0);
 }
 
+TEST(EmuElementwise, ScaleInplaceBf16EqualsCpuTwinRoundedOnce) {
+  Tally tally;
+  emu::sequential = true;
+  uint64_t seed = 90;
+  for (int64_t n : {1, 9, 257, 10007})
+    for (bool misaligned : {false, true})
+      for (float s : {33.941125f /* sqrt(1152) */, 8.0f, -0.5f}) {
+        const std::vector<uint16_t> x = bf16_input(size_t(n), ++seed, 1.0f);
+        Guarded<uint16_t> d(x, misaligned ? 2 : 0);
+        ++tally.cases;
+        const cudaError_t e = ec::scale_inplace_bf16(bf16p(d), s, n);
+        std::vector<float> ref(x.size());
+        for (size_t i = 0; i < x.size(); ++i) ref[i] = bf(x[i]);
+        eco::cpu::scale_inplace(ref.data(), s, n);
+        long first = -1;
+        const long k = differ(d.host(), to_bf16(ref), &first);
+        if (e != cudaSuccess || k != 0 || !d.guards_intact())
+          tally.fail("n " + std::to_string(n) + (misaligned ? " misaligned" : " aligned") + ": " +
+                     std::to_string(k) + " differ, first " + std::to_string(first));
+      }
+  emu::sequential = false;
+  EXPECT_GT(tally.cases, 0);
+}
+
+TEST(EmuElementwise, AddF32EqualsHostAddBitwise) {
+  Tally tally;
+  emu::sequential = true;
+  uint64_t seed = 110;
+  for (int64_t n : {1, 256, 1153})
+    for (int alias : {0, 1, 2}) {  // out separate, out = a, out = b
+      const std::vector<float> a = randn(size_t(n), ++seed, 0.1f), b(size_t(n), 1.0f);
+      Guarded<float> d_a(a), d_b(b), d_out{size_t(n)};
+      float* out = alias == 0 ? d_out.data() : alias == 1 ? d_a.data() : d_b.data();
+      ++tally.cases;
+      const cudaError_t e = ec::add_f32(out, d_a.data(), d_b.data(), n);
+      std::vector<float> ref(a.size());
+      for (size_t i = 0; i < a.size(); ++i) ref[i] = a[i] + b[i];
+      Guarded<float>& got = alias == 0 ? d_out : alias == 1 ? d_a : d_b;
+      if (e != cudaSuccess || differ(got.host(), ref) != 0 || !got.guards_intact())
+        tally.fail("n " + std::to_string(n) + " alias " + std::to_string(alias));
+    }
+  emu::sequential = false;
+  EXPECT_GT(tally.cases, 0);
+}
+
 TEST(EmuElementwise, RefusesNegativeSizesAndNullBuffers) {
   bf16* p = reinterpret_cast<bf16*>(16);  // never dereferenced: refused before any launch
   const long launches = emu::launches;
@@ -184,5 +232,7 @@ TEST(EmuElementwise, RefusesNegativeSizesAndNullBuffers) {
   EXPECT_EQ(ec::scale_inplace(reinterpret_cast<float*>(16), 1.0f, -1), cudaErrorInvalidValue);
   EXPECT_EQ(ec::add_inplace_f32(nullptr, nullptr, 0), cudaSuccess);
   EXPECT_EQ(ec::add_inplace_f32(reinterpret_cast<float*>(16), nullptr, 3), cudaErrorInvalidValue);
+  EXPECT_EQ(ec::scale_inplace_bf16(nullptr, 2.0f, 3), cudaErrorInvalidValue);
+  EXPECT_EQ(ec::add_f32(reinterpret_cast<float*>(16), nullptr, nullptr, 3), cudaErrorInvalidValue);
   EXPECT_EQ(emu::launches, launches);
 }

@@ -8,6 +8,9 @@
 // Also against a float64 rotation: within one bf16 rounding (2^-8 relative) plus the fp32
 // products' error. Shapes of tests/gpu (head sizes 8, 6 (odd half), 64, 100; positions up to
 // 256). No barrier: sequential mode.
+//  - rope_forward_gqa / rope_backward_gqa (grouped-query rows: NH q heads, KVH k heads, KVH v
+//    heads): bit for bit against eco::cpu::rope_*_gqa, query heads per kv head 1, 2, 4, head sizes
+//    6, 16, 256 and both of Gemma 3's bases (1e4 local, 1e6 global).
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -121,6 +124,65 @@ TEST(EmuRope, BackwardAccumulatesLikeCpuTwinBitwise) {
   EXPECT_GT(tally.cases, 0);
 }
 
+namespace {
+
+struct GqaShape {
+  int B, T, NH, KVH, hs;
+  float theta;
+};
+
+void rope_gqa_case(Tally& tally, const GqaShape& s, bool backward, uint64_t seed) {
+  char name[96];
+  std::snprintf(name, sizeof name, "gqa %s B%d T%d NH%d KVH%d hs%d theta %g",
+                backward ? "backward" : "forward", s.B, s.T, s.NH, s.KVH, s.hs, double(s.theta));
+  const std::string tag = name;
+  auto check = [&](bool ok, const std::string& what) {
+    ++tally.cases;
+    if (!ok) tally.fail(tag + ": " + what);
+  };
+  const size_t n = size_t(s.B) * s.T * (s.NH + 2 * s.KVH) * s.hs;
+  const std::vector<uint16_t> src = to_bf16(randn(n, seed, 1.0f));
+  const std::vector<uint16_t> dinp0 =
+      backward ? to_bf16(randn(n, seed + 1, 1.0f)) : std::vector<uint16_t>(n, 0xFFFF);  // NaN
+  Guarded<uint16_t> d_src(src), d_dst(dinp0);
+  emu::sequential = true;
+  const cudaError_t e =
+      backward ? ec::rope_backward_gqa(bf16p(d_dst), bf16p(d_src), s.B, s.T, s.NH, s.KVH, s.hs,
+                                       s.theta)
+               : ec::rope_forward_gqa(bf16p(d_dst), bf16p(d_src), s.B, s.T, s.NH, s.KVH, s.hs,
+                                      s.theta);
+  emu::sequential = false;
+  check(e == cudaSuccess, "launch");
+  const std::vector<float> x = widen(src);
+  std::vector<float> ref = backward ? widen(dinp0) : std::vector<float>(n);
+  if (backward)
+    eco::cpu::rope_backward_gqa(ref.data(), x.data(), s.B, s.T, s.NH, s.KVH, s.hs, s.theta);
+  else
+    eco::cpu::rope_forward_gqa(ref.data(), x.data(), s.B, s.T, s.NH, s.KVH, s.hs, s.theta);
+  long first = -1;
+  const long k = differ(d_dst.host(), to_bf16(ref), &first);
+  check(k == 0, std::to_string(k) + " differ from the CPU twin, first " + std::to_string(first));
+  check(d_src.host() == src && d_src.guards_intact() && d_dst.guards_intact(),
+        "src changed or guards broken");
+}
+
+const GqaShape kGqaShapes[] = {{2, 7, 4, 1, 16, 1e4f},
+                               {1, 9, 4, 2, 6, 1e6f},
+                               {1, 5, 2, 1, 256, 1e6f},
+                               {1, 3, 2, 2, 8, 1e4f}};
+
+}  // namespace
+
+TEST(EmuRope, GroupedQueryRowsEqualCpuTwinBitwise) {
+  Tally tally;
+  uint64_t seed = 300;
+  for (const GqaShape& s : kGqaShapes) {
+    rope_gqa_case(tally, s, false, seed += 10);
+    rope_gqa_case(tally, s, true, seed += 10);
+  }
+  EXPECT_GT(tally.cases, 0);
+}
+
 // As tests/gpu: an odd head size (36 / 4 = 9) and out == inp are refused before any launch.
 TEST(EmuRope, RefusesOddHeadSizeAndAliasing) {
   const long launches = emu::launches;
@@ -131,5 +193,8 @@ TEST(EmuRope, RefusesOddHeadSizeAndAliasing) {
   EXPECT_EQ(ec::rope_backward(a, a, 1, 1, 36, 6, kTheta), cudaErrorInvalidValue);
   EXPECT_EQ(ec::rope_forward(b, a, 1, 1, 36, 0, kTheta), cudaErrorInvalidValue);
   EXPECT_EQ(ec::rope_forward(nullptr, nullptr, 0, 1, 36, 6, kTheta), cudaSuccess);
+  EXPECT_EQ(ec::rope_forward_gqa(b, a, 1, 1, 4, 1, 7, kTheta), cudaErrorInvalidValue);  // odd hs
+  EXPECT_EQ(ec::rope_forward_gqa(b, a, 1, 1, 4, 0, 8, kTheta), cudaErrorInvalidValue);  // KVH 0
+  EXPECT_EQ(ec::rope_backward_gqa(a, a, 1, 1, 4, 1, 8, kTheta), cudaErrorInvalidValue);
   EXPECT_EQ(emu::launches, launches);
 }

@@ -12,6 +12,7 @@
 
 #include "core/rel_err.h"
 #include "core/rng.h"
+#include "kernels/common/bf16.h"
 #include "kernels/cuda/device_buffer.h"
 #include "model/backend.h"
 
@@ -50,6 +51,25 @@ inline std::vector<float> randn(size_t n, uint64_t seed, float std = 1.0f) {
   Rng r(seed);
   std::vector<float> v(n);
   for (auto& x : v) x = float(std * r.normal());
+  return v;
+}
+
+// Random normals rounded to bf16: the bits for the GPU, their exact float values for the CPU.
+struct Bf16Data {
+  std::vector<uint16_t> bits;
+  std::vector<float> values;
+};
+inline Bf16Data random_bf16(size_t n, uint64_t seed, float std) {
+  Bf16Data d{std::vector<uint16_t>(n), randn(n, seed, std)};
+  for (size_t i = 0; i < n; ++i) {
+    d.bits[i] = float_to_bf16(d.values[i]);
+    d.values[i] = bf16_to_float(d.bits[i]);
+  }
+  return d;
+}
+inline std::vector<float> bf16_values(const std::vector<uint16_t>& bits) {
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16_to_float(bits[i]);
   return v;
 }
 

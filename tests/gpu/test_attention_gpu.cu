@@ -59,25 +59,9 @@ const std::vector<AttnShape> kMmaShapes = {{1, 1, 2, 64},   {2, 17, 3, 32},  {1,
                                            {2, 65, 2, 32},  {1, 100, 2, 128}, {2, 257, 1, 128},
                                            {1, 1, 1, 128}};
 
-// Random normals rounded to bf16: the bits for the GPU, their exact float values for the CPU.
-struct Bf16Data {
-  std::vector<uint16_t> bits;
-  std::vector<float> values;
-};
-Bf16Data random_bf16(size_t n, uint64_t seed, float std) {
-  Bf16Data d{std::vector<uint16_t>(n), randn(n, seed, std)};
-  for (size_t i = 0; i < n; ++i) {
-    d.bits[i] = float_to_bf16(d.values[i]);
-    d.values[i] = bf16_to_float(d.bits[i]);
-  }
-  return d;
-}
-
-std::vector<float> bf16_values(const std::vector<uint16_t>& bits) {
-  std::vector<float> v(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16_to_float(bits[i]);
-  return v;
-}
+using gputest::bf16_values;
+using gputest::Bf16Data;
+using gputest::random_bf16;
 
 bf16* bf16_ptr(const cuda::DeviceBuffer& d) { return d.get<bf16>(); }
 
@@ -90,14 +74,24 @@ class AttentionPath {
                         const float* lse, const AttnShape& s) = 0;
 };
 
+// The flash kernel and the mma path: a plain shape through the multi-head entry points (over C,
+// NH), any other (grouped-query, windowed, own query scalar) through the grouped-query ones.
 class FlashPath final : public AttentionPath {
  public:
   void forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s) override {
-    ECO_CHECK_CUDA(cuda::attention_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH));
+    if (s.plain())
+      ECO_CHECK_CUDA(cuda::attention_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH));
+    else
+      ECO_CHECK_CUDA(cuda::attention_forward_gqa(out, lse, qkv, s.B, s.T, s.attention()));
   }
   void backward(bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out,
                 const float* lse, const AttnShape& s) override {
-    ECO_CHECK_CUDA(cuda::attention_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T, s.C(), s.NH));
+    if (s.plain())
+      ECO_CHECK_CUDA(
+          cuda::attention_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T, s.C(), s.NH));
+    else
+      ECO_CHECK_CUDA(cuda::attention_backward_gqa(dqkv, D, dout, qkv, out, lse, s.B, s.T,
+                                                  s.attention()));
   }
 };
 
@@ -130,30 +124,39 @@ class GemmPath final : public AttentionPath {
 class MmaPath final : public AttentionPath {
  public:
   void forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s) override {
-    cuda::attention_mma_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH);
+    if (s.plain())
+      cuda::attention_mma_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH);
+    else
+      cuda::attention_mma_forward_gqa(out, lse, qkv, s.B, s.T, s.attention());
   }
   void backward(bf16* dqkv, float* D, const bf16* dout, const bf16* qkv, const bf16* out,
                 const float* lse, const AttnShape& s) override {
-    cuda::attention_mma_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T, s.C(), s.NH);
+    if (s.plain())
+      cuda::attention_mma_backward(dqkv, D, dout, qkv, out, lse, s.B, s.T, s.C(), s.NH);
+    else
+      cuda::attention_mma_backward_gqa(dqkv, D, dout, qkv, out, lse, s.B, s.T, s.attention());
   }
 };
 
-// lse[b, h, t] = log sum_{u <= t} exp(q_t . k_u / sqrt(hs)), in float64.
+// lse[b, h, t] = log sum over the keys u query t sees of exp(q_t . k_u q_scalar^-1/2), in
+// float64 (query head h reads kv head h / (NH / KVH)).
 std::vector<double> reference_lse(const std::vector<float>& qkv, const AttnShape& s) {
-  const int C = s.C();
+  const AttentionShape a = s.attention();
+  const size_t ld = size_t(s.qkv_width());
   std::vector<double> lse(s.n_lse());
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < s.NH; ++h)
       for (int t = 0; t < s.T; ++t) {
-        const float* q = &qkv[(size_t(b) * s.T + t) * 3 * C + size_t(h) * s.hs];
-        std::vector<double> sc(size_t(t) + 1);
+        const float* q = &qkv[(size_t(b) * s.T + t) * ld + size_t(a.q_col(h))];
+        const int u0 = attention_first_key(t, a.window);
+        std::vector<double> sc(size_t(t - u0) + 1);
         double mx = -INFINITY;
-        for (int u = 0; u <= t; ++u) {
-          const float* k = &qkv[(size_t(b) * s.T + u) * 3 * C + C + size_t(h) * s.hs];
+        for (int u = u0; u <= t; ++u) {
+          const float* k = &qkv[(size_t(b) * s.T + u) * ld + size_t(a.k_col(h / a.group()))];
           double dot = 0;
           for (int d = 0; d < s.hs; ++d) dot += double(q[d]) * k[d];
-          sc[size_t(u)] = dot / std::sqrt(double(s.hs));
-          mx = std::max(mx, sc[size_t(u)]);
+          sc[size_t(u - u0)] = dot / std::sqrt(double(a.q_scalar));
+          mx = std::max(mx, sc[size_t(u - u0)]);
         }
         double sum = 0;
         for (double x : sc) sum += std::exp(x - mx);
@@ -162,13 +165,25 @@ std::vector<double> reference_lse(const std::vector<float>& qkv, const AttnShape
   return lse;
 }
 
+// The CPU twin's forward (out, probabilities) and backward (dqkv +=) for the shape.
+void cpu_forward(float* out, float* att, const float* qkv, const AttnShape& s) {
+  const AttentionShape a = s.attention();
+  cpu::attention_forward_gqa(out, att, qkv, s.B, s.T, a.NH, a.KVH, a.hd, a.window, a.q_scalar);
+}
+void cpu_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                  const float* att, const AttnShape& s) {
+  const AttentionShape a = s.attention();
+  cpu::attention_backward_gqa(dqkv, scratch, dout, qkv, att, s.B, s.T, a.NH, a.KVH, a.hd,
+                              a.window, a.q_scalar);
+}
+
 // out within 5e-3 of the CPU twin, lse within 2e-5 of float64; out and lse poisoned first.
 void expect_forward_matches_cpu(AttentionPath& path, const std::vector<AttnShape>& shapes) {
   for (const auto& s : shapes) {
     SCOPED_TRACE(s.str());
     const Bf16Data qkv = random_bf16(s.n_qkv(), 100 + s.T + s.hs, 1.0f);
     std::vector<float> ref(s.n_out()), att(s.n_att());
-    cpu::attention_forward(ref.data(), att.data(), qkv.values.data(), s.B, s.T, s.C(), s.NH);
+    cpu_forward(ref.data(), att.data(), qkv.values.data(), s);
 
     auto d_qkv = to_device(qkv.bits);
     cuda::DeviceBuffer d_out(s.n_out() * 2), d_lse(s.n_lse() * sizeof(float));
@@ -203,9 +218,8 @@ void expect_backward_matches_cpu(AttentionPath& fwd, AttentionPath& bwd,
     fwd.forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv), s);
 
     std::vector<float> out(s.n_out()), att(s.n_att()), scratch(s.n_att()), ref = dqkv0.values;
-    cpu::attention_forward(out.data(), att.data(), qkv.values.data(), s.B, s.T, s.C(), s.NH);
-    cpu::attention_backward(ref.data(), scratch.data(), dout.values.data(), qkv.values.data(),
-                            att.data(), s.B, s.T, s.C(), s.NH);
+    cpu_forward(out.data(), att.data(), qkv.values.data(), s);
+    cpu_backward(ref.data(), scratch.data(), dout.values.data(), qkv.values.data(), att.data(), s);
 
     auto d_dqkv = to_device(dqkv0.bits);
     poison(d_scratch);
@@ -224,21 +238,26 @@ void expect_backward_matches_cpu(AttentionPath& fwd, AttentionPath& bwd,
     EXPECT_LT(rel_err(g_got, g_ref), 1e-2);
     // The same per part (q, k, v) and over the last 8 tokens of each sequence (the ragged tile:
     // a missed key or a wrong mask there is diluted in the whole). Fewer elements: 2e-2.
-    const int C = s.C();
+    const int ld = s.qkv_width();
     const auto select = [&](auto keep) {
       std::vector<float> a, b;
       for (int bi = 0; bi < s.B; ++bi)
         for (int t = 0; t < s.T; ++t)
-          for (int j = 0; j < 3 * C; ++j)
+          for (int j = 0; j < ld; ++j)
             if (keep(t, j)) {
-              const size_t i = (size_t(bi) * s.T + t) * 3 * C + j;
+              const size_t i = (size_t(bi) * s.T + t) * ld + j;
               a.push_back(g_got[i]);
               b.push_back(g_ref[i]);
             }
       return rel_err(a, b);
     };
+    // The part (q 0, k 1, v 2) of column j of a qkv row.
+    const auto part_of = [&](int j) {
+      return j < s.C() ? 0 : j < (s.NH + s.kv_heads()) * s.hs ? 1 : 2;
+    };
     for (int part = 0; part < 3; ++part)
-      EXPECT_LT(select([&](int, int j) { return j / C == part; }), 2e-2) << "part " << "qkv"[part];
+      EXPECT_LT(select([&](int, int j) { return part_of(j) == part; }), 2e-2)
+          << "part " << "qkv"[part];
     EXPECT_LT(select([&](int t, int) { return t >= s.T - 8; }), 2e-2) << "last 8 tokens";
   }
 }
@@ -289,12 +308,12 @@ TEST(GpuAttention, ForwardAndBackwardAreDeterministic) {
   expect_deterministic(flash, {2, 129, 3, 64});
 }
 
-TEST(GpuAttention, RejectsHeadSizeAbove128AndRaggedHeads) {
+TEST(GpuAttention, RejectsHeadSizeAbove256AndRaggedHeads) {
   ECO_REQUIRE_GPU();
   cuda::DeviceBuffer buf(1 << 20);
   auto* p = bf16_ptr(buf);
   float* f = buf.get<float>();
-  EXPECT_EQ(cuda::attention_forward(p, f, p, 1, 4, 2 * 129, 2), cudaErrorInvalidValue);  // hs 129
+  EXPECT_EQ(cuda::attention_forward(p, f, p, 1, 4, 2 * 257, 2), cudaErrorInvalidValue);  // hs 257
   EXPECT_EQ(cuda::attention_forward(p, f, p, 1, 4, 10, 3), cudaErrorInvalidValue);       // C % NH
   EXPECT_EQ(cuda::attention_backward(p, f, p, p, p, f, 1, 0, 64, 1), cudaErrorInvalidValue);  // T 0
 }
@@ -455,7 +474,7 @@ TEST(GpuAttentionMma, ForwardAndBackwardAreDeterministic) {
 }
 
 // Host-only (runs without a GPU): the conditions the backend chooses the path by.
-TEST(GpuAttentionMma, TakesHeadSizes32_64_128WithAlignedBuffersOnly) {
+TEST(GpuAttentionMma, TakesHeadSizes32_64_128_256WithAlignedBuffersOnly) {
   alignas(16) static char buf[64];
   const void* p = buf;
   EXPECT_TRUE(cuda::attention_mma_supported(8, 1024, 768, 12, {p, p}));  // GPT-2 124M
@@ -464,7 +483,8 @@ TEST(GpuAttentionMma, TakesHeadSizes32_64_128WithAlignedBuffersOnly) {
   EXPECT_TRUE(cuda::attention_mma_supported(2, 64, 768, 12, {}));       // the shape alone
   EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 72, 3, {p}));       // hs 24 (GEMM path)
   EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 96 * 4, 4, {p}));   // hs 96: not compiled
-  EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 256 * 2, 2, {p}));  // hs 256
+  EXPECT_TRUE(cuda::attention_mma_supported(2, 64, 256 * 2, 2, {p}));   // hs 256 (Gemma 3)
+  EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 288 * 2, 2, {p}));  // hs 288
   EXPECT_FALSE(cuda::attention_mma_supported(2, 64, 10, 3, {p}));       // C % NH
   EXPECT_FALSE(cuda::attention_mma_supported(2, 0, 768, 12, {p}));      // T 0
   EXPECT_FALSE(cuda::attention_mma_supported(65536, 4, 64, 1, {p}));    // B past the grid's y
@@ -582,6 +602,122 @@ TEST(GpuAttentionMma, BackendRefusesAnUnknownEcoCudaAttention) {
     msg = e.what();
   }
   EXPECT_EQ(msg, "ECO_CUDA_ATTENTION=fast: expected auto, mma, gemm or flash");
+}
+
+// ---- grouped-query, sliding-window, query-scaled attention (gemma3) ------------------------------
+
+// Gemma 3 1B's local layer at T 1024 (4 query heads on 1 kv head of 256, window 512, q_scalar
+// 256) and its global layer (no window); query heads per kv head 1, 2, 4 and 8 / 2; windows of 1,
+// shorter than T and longer than T; a query scalar other than hs; hs 32, 64, 128 and 256 (both
+// paths); ragged T (1, 65, 129, 257).
+const std::vector<AttnShape> kGqaShapes = {
+    {2, 1024, 4, 256, 1, 512, 256.0f}, {1, 1024, 4, 256, 1, 0, 256.0f},
+    {2, 257, 8, 64, 2, 100},           {1, 129, 4, 128, 4, 0, 20.0f},
+    {2, 65, 2, 32, 1, 1},              {1, 100, 4, 64, 1, 200},
+    {1, 1, 4, 256, 1, 512, 256.0f}};
+// Head sizes only the flash kernel takes (16, 100).
+const std::vector<AttnShape> kGqaFlashOnlyShapes = {{2, 33, 4, 16, 2, 9},
+                                                    {1, 77, 2, 100, 1, 30, 50.0f}};
+
+std::vector<AttnShape> flash_gqa_shapes() {
+  std::vector<AttnShape> v = kGqaShapes;
+  v.insert(v.end(), kGqaFlashOnlyShapes.begin(), kGqaFlashOnlyShapes.end());
+  return v;
+}
+
+TEST(GpuAttentionGqa, FlashForwardMatchesCpuTwin) {
+  ECO_REQUIRE_GPU();
+  FlashPath flash;
+  expect_forward_matches_cpu(flash, flash_gqa_shapes());
+}
+
+TEST(GpuAttentionGqa, FlashBackwardAccumulatesCpuTwinsGradient) {
+  ECO_REQUIRE_GPU();
+  FlashPath flash;
+  expect_backward_matches_cpu(flash, flash, flash_gqa_shapes());
+}
+
+TEST(GpuAttentionGqa, MmaForwardMatchesCpuTwin) {
+  ECO_REQUIRE_GPU();
+  MmaPath mma;
+  expect_forward_matches_cpu(mma, kGqaShapes);
+}
+
+TEST(GpuAttentionGqa, MmaBackwardAccumulatesCpuTwinsGradient) {
+  ECO_REQUIRE_GPU();
+  MmaPath mma;
+  expect_backward_matches_cpu(mma, mma, kGqaShapes);
+}
+
+// The backend may run a forward on one path and its backward on the other: the same lse.
+TEST(GpuAttentionGqa, BackwardTakesTheOtherPathsLse) {
+  ECO_REQUIRE_GPU();
+  FlashPath flash;
+  MmaPath mma;
+  const std::vector<AttnShape> shapes = {{1, 300, 4, 256, 1, 128, 256.0f}, {2, 65, 2, 32, 1, 1}};
+  expect_backward_matches_cpu(flash, mma, shapes);
+  expect_backward_matches_cpu(mma, flash, shapes);
+}
+
+TEST(GpuAttentionGqa, ForwardAndBackwardAreDeterministic) {
+  ECO_REQUIRE_GPU();
+  FlashPath flash;
+  MmaPath mma;
+  expect_deterministic(flash, {2, 1024, 4, 256, 1, 512, 256.0f});
+  expect_deterministic(mma, {2, 1024, 4, 256, 1, 512, 256.0f});
+  expect_deterministic(mma, {1, 257, 8, 64, 2, 100});
+}
+
+// The backend's forward for a grouped-query shape, bit for bit the flash kernel's by default and
+// the mma path's under ECO_CUDA_ATTENTION=mma; no GEMM score scratch for a model without plain
+// attention (gemma3's WorkspaceShapes).
+std::vector<uint16_t> backend_gqa_out(Backend& be, const AttnShape& s) {
+  const int64_t N = int64_t(s.B) * s.T;
+  const Tensor qkv = be.alloc("qkv", {N, s.qkv_width()}, DType::BF16, MemCategory::Workspace);
+  be.copy_from_host(qkv, random_bf16(s.n_qkv(), 31, 1.0f).bits.data());
+  const Tensor out = be.alloc("out", {N, s.C()}, DType::BF16, MemCategory::Workspace);
+  const Tensor lse =
+      be.alloc("lse", be.attention_state_shape(s.B, s.NH, s.T), DType::F32, MemCategory::Workspace);
+  be.attention_forward_gqa(out, lse, qkv, s.B, s.T, s.attention());
+  std::vector<uint16_t> bits(s.n_out());
+  be.copy_to_host(bits.data(), out);
+  return bits;
+}
+
+std::vector<uint16_t> path_gqa_out(AttentionPath& path, const AttnShape& s) {
+  auto d_qkv = to_device(random_bf16(s.n_qkv(), 31, 1.0f).bits);
+  cuda::DeviceBuffer d_out(s.n_out() * 2), d_lse(s.n_lse() * sizeof(float));
+  path.forward(bf16_ptr(d_out), d_lse.get<float>(), bf16_ptr(d_qkv), s);
+  ECO_CHECK_CUDA(cudaDeviceSynchronize());
+  return to_host<uint16_t>(d_out, s.n_out());
+}
+
+WorkspaceShapes gemma3_1b_workspaces() {
+  WorkspaceShapes w;
+  w.tokens = 16 * 512;
+  w.seq_len = 512;
+  w.d_model = 1152;
+  w.n_head = 4;
+  w.head_dim = 256;
+  w.plain_attention = false;
+  w.vocab = 262144;
+  return w;
+}
+
+TEST(GpuAttentionGqa, BackendRunsTheFlashKernelByDefaultAndMmaWhenAsked) {
+  ECO_REQUIRE_GPU();
+  const AttnShape s{2, 300, 4, 256, 1, 128, 256.0f};
+  {
+    auto be = make_cuda_backend();
+    FlashPath flash;
+    EXPECT_EQ(backend_gqa_out(*be, s), path_gqa_out(flash, s));
+    be->reserve_workspaces(gemma3_1b_workspaces());
+    EXPECT_EQ(gemm_scratch_in_ledger(*be), 0u);
+  }
+  const ScopedAttentionEnv env("mma");
+  auto be = make_cuda_backend();
+  MmaPath mma;
+  EXPECT_EQ(backend_gqa_out(*be, s), path_gqa_out(mma, s));
 }
 
 }  // namespace

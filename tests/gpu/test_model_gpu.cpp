@@ -1,7 +1,7 @@
 // The whole model on the CUDA backend against the CPU reference backend, from identical weights
-// and data: one forward + backward (both block families), and 20 training steps under each
-// precision treatment the GPU runs first; then the trainer end to end on the GPU (checkpoint,
-// resume, samples). Host code only (the CUDA backend is behind model/backend.h), so it is a .cpp
+// and data: one forward + backward (every block family: gpt2, llama, gemma3), and 20 training
+// steps under each precision treatment the GPU runs first; then the trainer end to end on the GPU
+// (checkpoint, resume, samples). Host code only (the CUDA backend is behind model/backend.h), so it is a .cpp
 // compiled by the host compiler.
 //
 // Tolerances (norm-wise relative error, gputest::rel_err; NaN/inf never pass):
@@ -73,6 +73,19 @@ Config tiny(const std::string& family, const std::string& treatment = "fp32") {
                       "test_model_gpu");
 }
 
+// A tiny Gemma 3 (configs/gemma3-tiny-cpu.yaml's structure): 2 layers, d 64, 4 query heads on 1
+// kv head of 32 (head_dim is not d_model / n_head), window 8 < seq 32 in layer 0 (pattern 2:
+// layer 1 is global), QK-norm, GeGLU, (1 + w) sandwich norms, scaled tied embeddings.
+Config tiny_gemma3(const std::string& treatment = "fp32") {
+  return parse_config("model: {family: gemma3, n_layer: 2, n_head: 4, n_kv_head: 1, head_dim: 32,"
+                      " d_model: 64, mlp_hidden: 128, vocab_size: 97, seq_len: 32,"
+                      " sliding_window: 8, sliding_window_pattern: 2, query_pre_attn_scalar: 32}\n"
+                      "data: {source: synthetic}\n"
+                      "optim: {lr: 3.0e-3, warmup_steps: 2, weight_decay: 0.1}\n"
+                      "train: {batch_size: 4, max_steps: 20}\n"
+                      "precision: {treatment: " + treatment + "}\n",
+                      "test_model_gpu");
+}
 
 std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
   Rng r(seed);
@@ -81,8 +94,7 @@ std::vector<int32_t> random_tokens(size_t n, int V, uint64_t seed) {
   return t;
 }
 
-void check_forward_backward(const std::string& family) {
-  const Config c = tiny(family);
+void check_forward_backward(const Config& c, const std::string& family) {
   ModelRun cpu = make_run(make_cpu_backend(), c);
   ModelRun gpu = make_run(make_cuda_backend(), c);
   const int T = c.model.seq_len, V = c.model.vocab_size, N = kB * T;
@@ -130,12 +142,20 @@ void check_forward_backward(const std::string& family) {
 
 TEST(GpuModel, Gpt2ForwardBackwardMatchesCpu) {
   ECO_REQUIRE_GPU();
-  check_forward_backward("gpt2");
+  check_forward_backward(tiny("gpt2"), "gpt2");
 }
 
 TEST(GpuModel, LlamaForwardBackwardMatchesCpu) {
   ECO_REQUIRE_GPU();
-  check_forward_backward("llama");
+  check_forward_backward(tiny("llama"), "llama");
+}
+
+// Grouped-query attention with a window and its own query scalar, QK-norm, GeGLU, (1 + w) norms
+// before and after each half, embeddings times sqrt(d): the same tolerances (the extra norms add
+// a few bf16 roundings along each path, far inside them).
+TEST(GpuModel, Gemma3ForwardBackwardMatchesCpu) {
+  ECO_REQUIRE_GPU();
+  check_forward_backward(tiny_gemma3(), "gemma3");
 }
 
 // `label`'s losses on both backends over the config's steps: each within kTrainLossTol of the
@@ -171,6 +191,11 @@ TEST(GpuModel, Gpt2TrainingFollowsCpuUnderEachTreatment) {
 TEST(GpuModel, LlamaTrainingFollowsCpuUnderEachTreatment) {
   ECO_REQUIRE_GPU();
   for (const char* t : kTreatments) check_training("llama", t);
+}
+
+TEST(GpuModel, Gemma3TrainingFollowsCpuUnderEachTreatment) {
+  ECO_REQUIRE_GPU();
+  for (const char* t : kTreatments) check_training(tiny_gemma3(t), std::string("gemma3 ") + t);
 }
 
 // A sparse MoE (issue 13) on both backends: 2 layers of 8 experts (hidden 128), top-2, only the

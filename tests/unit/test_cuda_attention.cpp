@@ -52,11 +52,13 @@ TEST(CudaAttentionChoice, GemmAndFlashRequestsNeverTakeMma) {
   EXPECT_EQ(choose_cuda_attention(CudaAttention::Flash, true, true), CudaAttention::Flash);
 }
 
-// The mma path's shapes: head sizes 32, 64, 128 only; grid limits on B (y) and T's 64-row tiles
-// (z).
+// The mma path's shapes: head sizes 32, 64, 128, 256 only; grid limits on B (y) and T's 64-row
+// tiles (z).
 TEST(CudaAttentionChoice, MmaShapesAreTheCompiledHeadSizesWithinTheGridLimits) {
-  for (int hs : {32, 64, 128}) EXPECT_TRUE(attention_mma_shape_ok(8, 1024, 12 * hs, 12)) << hs;
-  for (int hs : {8, 16, 48, 80, 96, 256}) EXPECT_FALSE(attention_mma_shape_ok(8, 1024, 4 * hs, 4)) << hs;
+  for (int hs : {32, 64, 128, 256})
+    EXPECT_TRUE(attention_mma_shape_ok(8, 1024, 12 * hs, 12)) << hs;
+  for (int hs : {8, 16, 48, 80, 96, 288, 512})
+    EXPECT_FALSE(attention_mma_shape_ok(8, 1024, 4 * hs, 4)) << hs;
   EXPECT_TRUE(attention_mma_shape_ok(1, 1, 64, 1));
   EXPECT_FALSE(attention_mma_shape_ok(1, 1, 65, 1));   // C % NH == 0 but hs 65
   EXPECT_FALSE(attention_mma_shape_ok(1, 1, 130, 4));  // C % NH != 0
@@ -67,6 +69,18 @@ TEST(CudaAttentionChoice, MmaShapesAreTheCompiledHeadSizesWithinTheGridLimits) {
   EXPECT_FALSE(attention_mma_shape_ok(65536, 16, 64, 1));
   EXPECT_TRUE(attention_mma_shape_ok(1, 65535 * 64, 64, 1));
   EXPECT_FALSE(attention_mma_shape_ok(1, 65535 * 64 + 1, 64, 1));
+}
+
+// Grouped-query / windowed shapes: NH a multiple of KVH, a window >= 0, a positive query scalar,
+// the same head sizes (Gemma 3 1B: 4 query heads on 1 kv head of 256, window 512).
+TEST(CudaAttentionChoice, MmaTakesGroupedQueryAndWindowedShapes) {
+  EXPECT_TRUE(attention_mma_shape_ok(16, 512, AttentionShape{4, 1, 256, 512, 256.0f}));
+  EXPECT_TRUE(attention_mma_shape_ok(2, 100, AttentionShape{8, 2, 64, 0, 10.0f}));
+  EXPECT_FALSE(attention_mma_shape_ok(2, 100, AttentionShape{6, 4, 64, 0, 64.0f}));   // NH % KVH
+  EXPECT_FALSE(attention_mma_shape_ok(2, 100, AttentionShape{4, 0, 64, 0, 64.0f}));   // KVH 0
+  EXPECT_FALSE(attention_mma_shape_ok(2, 100, AttentionShape{4, 2, 64, -1, 64.0f}));  // window
+  EXPECT_FALSE(attention_mma_shape_ok(2, 100, AttentionShape{4, 2, 64, 8, 0.0f}));    // scalar
+  EXPECT_FALSE(attention_mma_shape_ok(2, 100, AttentionShape{4, 1, 288, 8, 288.0f}));  // hs 288
 }
 
 }  // namespace

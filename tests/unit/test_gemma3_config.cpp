@@ -1,6 +1,6 @@
 // model.family gemma3 and the attention keys (n_kv_head, head_dim, sliding_window, ...): the
-// family's defaults, validation naming the key, the CUDA refusal at run time, and that configs
-// of the other families keep their resolved YAML and fingerprint.
+// family's defaults, validation naming the key, the CUDA head-size limit at run time, and that
+// configs of the other families keep their resolved YAML and fingerprint.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -72,12 +72,24 @@ TEST(Gemma3Config, BadWindowKeysNameTheKey) {
                      {"model.query_pre_attn_scalar"});
 }
 
-TEST(Gemma3Config, CudaRunIsRefusedNamingTheFamilyButPlansLoad) {
-  const Config c = parse("{family: gemma3}", "device: cuda\n");  // loads (--plan plans it)
-  expect_usage_error([&] { eco::require_device_runs_model(c); }, {"model.family", "cpu"});
-  const Config g = parse("{family: llama, n_head: 4, n_kv_head: 2}", "device: cuda\n");
-  expect_usage_error([&] { eco::require_device_runs_model(g); }, {"model.n_kv_head"});
+TEST(Gemma3Config, CudaRunsTheFamilyButRefusesHeadSizesAbove256) {
+  // The CUDA backend has the family's kernels: gemma3, grouped-query attention and an own
+  // head_dim up to 256 (Gemma 3 1B's) pass; 288 names the key and the limit.
+  EXPECT_NO_THROW(eco::require_device_runs_model(parse("{family: gemma3}", "device: cuda\n")));
+  EXPECT_NO_THROW(eco::require_device_runs_model(
+      parse("{family: gemma3, d_model: 1152, n_head: 4, n_kv_head: 1, head_dim: 256}",
+            "device: cuda\n")));
+  EXPECT_NO_THROW(eco::require_device_runs_model(
+      parse("{family: llama, n_head: 4, n_kv_head: 2}", "device: cuda\n")));
   EXPECT_NO_THROW(eco::require_device_runs_model(parse("{family: llama}", "device: cuda\n")));
+  const Config big = parse("{family: gemma3, d_model: 1152, n_head: 4, head_dim: 288}",
+                           "device: cuda\n");
+  expect_usage_error([&] { eco::require_device_runs_model(big); },
+                     {"model.head_dim", "288", "256"});
+  const Config wide = parse("{family: llama, d_model: 1152, n_head: 2}", "device: cuda\n");
+  expect_usage_error([&] { eco::require_device_runs_model(wide); }, {"model.d_model", "576"});
+  EXPECT_NO_THROW(eco::require_device_runs_model(parse("{family: llama, d_model: 1152, n_head: 2}",
+                                                       "device: cpu\n")));
 }
 
 // Existing llama / gpt2 configs resolve as before: no attention key in the YAML or the

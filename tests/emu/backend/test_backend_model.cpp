@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +81,20 @@ Fp8Calls fp8_calls() {
   return f;
 }
 
+// Every step's loss of the emulated CUDA run within kTrainLossTol of the CPU run's; the worst
+// relative difference (inf for a non-finite loss).
+double expect_losses_follow(const std::vector<double>& l_cpu, const std::vector<double>& l_gpu,
+                            const std::string& what) {
+  double worst = 0;
+  for (size_t s = 0; s < l_cpu.size(); ++s) {
+    const double rel = std::abs(l_gpu[s] - l_cpu[s]) / l_cpu[s];
+    worst = std::isfinite(rel) ? std::max(worst, rel) : INFINITY;
+    EXPECT_LE(rel, kTrainLossTol) << what << " step " << s + 1 << ": cpu " << l_cpu[s]
+                                  << " emulated cuda " << l_gpu[s];
+  }
+  return worst;
+}
+
 void check_training(const std::string& treatment, int cc, int steps) {
   DeviceCc device(cc);
   const Config c = tiny(treatment, steps);
@@ -87,13 +102,7 @@ void check_training(const std::string& treatment, int cc, int steps) {
   ModelRun gpu = make_run(make_cuda_backend(), c);
   emu::lt::reset_log();
   const auto l_cpu = train(cpu, c, steps), l_gpu = train(gpu, c, steps);
-  double worst = 0;
-  for (int s = 0; s < steps; ++s) {
-    const double rel = std::abs(l_gpu[size_t(s)] - l_cpu[size_t(s)]) / l_cpu[size_t(s)];
-    worst = std::isfinite(rel) ? std::max(worst, rel) : INFINITY;
-    EXPECT_LE(rel, kTrainLossTol) << treatment << " sm_" << cc << " step " << s + 1 << ": cpu "
-                                  << l_cpu[size_t(s)] << " emulated cuda " << l_gpu[size_t(s)];
-  }
+  const double worst = expect_losses_follow(l_cpu, l_gpu, treatment + " sm_" + std::to_string(cc));
   const Fp8Calls f = fp8_calls();
   std::printf(
       "[   emu    ] gpt2 %-11s sm_%d loss cpu %.4f -> %.4f, emulated cuda %.4f -> %.4f, worst "
@@ -142,11 +151,7 @@ TEST(EmuCudaBackend, SmoeFp8EcoSrTrainingFollowsCpu) {
   ModelRun gpu = make_run(make_cuda_backend(), c);
   emu::lt::reset_log();
   const auto l_cpu = train(cpu, c, steps), l_gpu = train(gpu, c, steps);
-  for (int s = 0; s < steps; ++s) {
-    const double rel = std::abs(l_gpu[size_t(s)] - l_cpu[size_t(s)]) / l_cpu[size_t(s)];
-    EXPECT_LE(rel, kTrainLossTol) << "smoe step " << s + 1 << ": cpu " << l_cpu[size_t(s)]
-                                  << " emulated cuda " << l_gpu[size_t(s)];
-  }
+  expect_losses_follow(l_cpu, l_gpu, "smoe");
   const Fp8Calls f = fp8_calls();
   std::printf("[   emu    ] smoe fp8-eco-sr sm_90 loss cpu %.4f -> %.4f, emulated cuda %.4f -> "
               "%.4f; %ld FP8 GEMMs\n",
@@ -157,6 +162,49 @@ TEST(EmuCudaBackend, SmoeFp8EcoSrTrainingFollowsCpu) {
   EXPECT_GE(f.n, long(steps) * layers * 2 * 2);
   EXPECT_LE(f.n, long(steps) * layers * 2 * (experts + 1));
   EXPECT_EQ(f.outer_vec, f.n);
+}
+
+// A tiny Gemma 3 on the emulated CUDA backend against the CPU backend: every kernel of the family
+// (grouped-query attention with a window in layer 0 and its own query scalar, RoPE over
+// grouped-query rows with the local and the global base, QK-norm, GeGLU, the (1 + w) gains' fp32
+// add, the bf16 embedding scale) in the backend's order. 2 layers of d 32, 2 query heads on 1 kv
+// head of 32, window 8 < seq 16 (pattern 2: layer 1 is global), batch 2: as the GPT-2 test's
+// sizes. Steps as check_training's; the same 2e-2 tolerance. `attention`: ECO_CUDA_ATTENTION for
+// the backend (flash by default; mma: the tensor-core path for hs 32).
+void check_gemma3_training(const std::string& treatment, int steps, const char* attention) {
+  DeviceCc device(90);
+  const Config c = parse_config(
+      "model: {family: gemma3, n_layer: 2, n_head: 2, n_kv_head: 1, head_dim: 32, d_model: 32,\n"
+      "  mlp_hidden: 64, vocab_size: 97, seq_len: 16, sliding_window: 8,\n"
+      "  sliding_window_pattern: 2, query_pre_attn_scalar: 24}\n"
+      "data: {source: synthetic}\n"
+      "optim: {lr: 3.0e-3, warmup_steps: 2, weight_decay: 0.1}\n"
+      "train: {batch_size: 2, max_steps: " + std::to_string(steps) + "}\n"
+      "precision: {treatment: " + treatment + "}\n",
+      "test_backend_model");
+  ModelRun cpu = make_run(make_cpu_backend(), c);
+  setenv("ECO_CUDA_ATTENTION", attention, 1);  // read once, when the backend is made
+  ModelRun gpu = make_run(make_cuda_backend(), c);
+  unsetenv("ECO_CUDA_ATTENTION");
+  emu::lt::reset_log();
+  const auto l_cpu = train(cpu, c, steps), l_gpu = train(gpu, c, steps);
+  const double worst = expect_losses_follow(l_cpu, l_gpu, "gemma3 " + treatment);
+  const Fp8Calls f = fp8_calls();
+  std::printf("[   emu    ] gemma3 %-11s %s attention: loss cpu %.4f -> %.4f, emulated cuda %.4f "
+              "-> %.4f, worst step rel %.2e; %ld FP8 GEMMs\n",
+              treatment.c_str(), attention, l_cpu.front(), l_cpu.back(), l_gpu.front(),
+              l_gpu.back(), worst, f.n);
+  if (steps >= 3) {
+    EXPECT_LT(l_gpu.back(), l_gpu.front()) << "did not learn";
+  }
+  // qkv, proj, fc (GeGLU's gate and up) and fc projection of both layers: N 32, C 32, QKV 128,
+  // attention width 64, FC 128, H 64, all multiples of 16: every one an FP8 GEMM.
+  EXPECT_EQ(f.n, treatment.rfind("fp8", 0) == 0 ? long(4 * 2 * steps) : 0L);
+}
+
+TEST(EmuCudaBackend, Gemma3Bf16MwTrainingFollowsCpu) { check_gemma3_training("bf16-mw", 3, "auto"); }
+TEST(EmuCudaBackend, Gemma3Fp8EcoSrTrainingOnTheMmaPathFollowsCpu) {
+  check_gemma3_training("fp8-eco-sr", 2, "mma");
 }
 
 // The host side: every NVTX range popped, the stream and the profiler's events released with
