@@ -531,7 +531,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "timeout_s" << YAML::Value << c.parallel.timeout_s;
     if (c.parallel.ep_row_factor > 0)
       e << YAML::Key << "ep_row_factor" << YAML::Value << c.parallel.ep_row_factor;
-    if (!c.parallel.overlap) e << YAML::Key << "overlap" << YAML::Value << false;
+    if (c.parallel.overlap) e << YAML::Key << "overlap" << YAML::Value << true;
     e << YAML::EndMap;
   }
   e << YAML::Key << "device" << YAML::Value << enum_name(c.device);

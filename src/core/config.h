@@ -206,8 +206,10 @@ struct ParallelConfig {
   // rows to a rank stops the run with an error naming this key (it does not change the bits).
   double ep_row_factor = 0;
   // Sum each block's gradients while the backward computes the blocks below it (a worker thread
-  // runs the collectives; the bits do not depend on it). CPU (host-memory) backends, ep 1.
-  bool overlap = true;
+  // runs the collectives; the bits do not depend on it). CPU (host-memory) backends, ep 1. Off by
+  // default: on one node, where the ranks' threads fill the cores, the worker competes with the
+  // backward for them (README: no gain measured on this 2-core machine).
+  bool overlap = false;
   int world() const { return dp * ep; }
 };
 

@@ -45,19 +45,22 @@ same one_moe dp2_moe
 run one4 1 --set train.grad_accum=4
 run dp4 4
 same one4 dp4
-# parallel.overlap (default): the last micro-batch's gradients are summed block by block during
-# the backward, on a worker thread; the bits equal the sum after the backward (overlap false),
-# with and without gradient accumulation (the earlier micro-batches folded in per block).
-grep -q "gradient sums overlap the backward" dp2_fp8-eco-sr.log ||
-  { grep "gradient sums" dp2_fp8-eco-sr.log; fail "2 ranks on the cpu did not overlap the gradient sums"; }
-run dp2_after 2 --set parallel.overlap=false
-grep -q "gradient sums after the backward (parallel.overlap: false)" dp2_after.log ||
-  fail "overlap false: no log line saying the sums run after the backward"
-same dp2_after dp2_fp8-eco-sr
+# parallel.overlap: the last micro-batch's gradients are summed block by block during the
+# backward, on a worker thread; the bits equal the sum after the backward (the default), with
+# and without gradient accumulation (the earlier micro-batches folded in per block), on 2 and 4
+# ranks.
+grep -q "gradient sums after the backward (parallel.overlap: false)" dp2_fp8-eco-sr.log ||
+  { grep "gradient sums" dp2_fp8-eco-sr.log; fail "no log line saying the sums run after the backward"; }
+run dp2_overlap 2 --set parallel.overlap=true
+grep -q "gradient sums overlap the backward" dp2_overlap.log ||
+  { grep "gradient sums" dp2_overlap.log; fail "2 ranks on the cpu did not overlap the gradient sums"; }
+same one_fp8-eco-sr dp2_overlap
+run dp4_overlap 4 --set parallel.overlap=true
+same one4 dp4_overlap
 # (2 ranks of 2 micro-batches sum ((0 + g0) + g1) + ((0 + g2) + g3) in rank order: another
 # order than one rank's 4, so they are compared with each other.)
-run dp2_acc2 2 --set train.grad_accum=2
-run dp2_acc2_after 2 --set train.grad_accum=2 --set parallel.overlap=false
+run dp2_acc2 2 --set train.grad_accum=2 --set parallel.overlap=true
+run dp2_acc2_after 2 --set train.grad_accum=2
 same dp2_acc2 dp2_acc2_after
 echo "ok: overlapped gradient sums equal the sums after the backward, accumulation included"
 # The control: one rank, one micro-batch a step, is a different training.

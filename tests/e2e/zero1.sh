@@ -55,10 +55,10 @@ same one_moe z1_moe
 run one4 1 0 --set train.grad_accum=4
 run z1_4 4 1
 same one4 z1_4
-# The reduce-scatter overlapping the backward (parallel.overlap, the default: each block's range
-# cut to the ranks' rows) equals it after the backward, 2 micro-batches a rank included.
-run z0_acc2_after 2 0 --set train.grad_accum=2 --set parallel.overlap=false
-run z1_acc2 2 1 --set train.grad_accum=2
+# The reduce-scatter overlapping the backward (parallel.overlap: each block's range cut to the
+# ranks' rows) equals the sums after the backward, 2 micro-batches a rank included.
+run z0_acc2_after 2 0 --set train.grad_accum=2
+run z1_acc2 2 1 --set train.grad_accum=2 --set parallel.overlap=true
 same z0_acc2_after z1_acc2
 grep -Eq "ZeRO-1: .* [1-9][0-9]* of [0-9]+ parameters divided between ranks by rows" z1_4.log ||
   { grep ZeRO z1_4.log; fail "4 ranks divided no parameter by rows: the row ranges go untested"; }

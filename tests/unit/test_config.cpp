@@ -442,12 +442,13 @@ TEST(ConfigParallel, RefusesWhatIsNotBuiltOrOutOfRange) {
                       {kOrigin, "parallel.overlap", "true or false"});
 }
 
-// parallel.overlap: on by default; false survives the resolved config's round trip.
-TEST(ConfigParallel, OverlapDefaultsToTrueAndRoundTrips) {
-  EXPECT_TRUE(parse(base_yaml("")).parallel.overlap);
-  const eco::Config off = parse(base_yaml("parallel: {dp: 2, overlap: false}\n"));
-  EXPECT_FALSE(off.parallel.overlap);
-  EXPECT_FALSE(parse(eco::to_yaml(off)).parallel.overlap);
+// parallel.overlap: off by default; true survives the resolved config's round trip.
+TEST(ConfigParallel, OverlapDefaultsToFalseAndRoundTrips) {
+  EXPECT_FALSE(parse(base_yaml("")).parallel.overlap);
+  const eco::Config on = parse(base_yaml("parallel: {dp: 2, overlap: true}\n"));
+  EXPECT_TRUE(on.parallel.overlap);
+  EXPECT_TRUE(parse(eco::to_yaml(on)).parallel.overlap);
+  EXPECT_EQ(eco::to_yaml(parse(base_yaml(""))).find("overlap"), std::string::npos);
 }
 
 // parallel.ep splits the routed experts: a MoE model whose expert count it divides,
