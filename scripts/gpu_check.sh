@@ -3,11 +3,12 @@
 # kernel against its CPU twin, and the whole model against the CPU backend), the GPU benchmarks,
 # 2 data-parallel MPI ranks sharing the GPU against one rank (tests/e2e/data_parallel_cuda.sh),
 # short GPT-2 124M training runs (bf16-mw with the default attention path and with
-# ECO_CUDA_ATTENTION=mma, fp8-eco-sr) and one of 8 of the 2.1B SMoE's layers (fp8-eco-sr, experts
-# quantized); prints a summary table last. Full log in the directory given as argument. Each
-# part runs under a timeout (tests 200 + 40 s, the data-parallel check 150 s, each benchmark 50 s,
-# each training run 40 s: 650 s at worst); on an H200 with prebuilt binaries the whole script
-# should take a few minutes.
+# ECO_CUDA_ATTENTION=mma, fp8-eco-sr), one of 8 of the 2.1B SMoE's layers (fp8-eco-sr, experts
+# quantized) and 6 of Gemma 3 1B's layers (fp8-eco-sr, flash and mma attention); prints a summary
+# table last. Full log in the directory given as argument. Each part runs under a timeout (tests
+# 240 + 90 s, the data-parallel check 150 s, 2 benchmarks of 50 s, 6 training runs of 40 s:
+# 860 s at worst, the build apart); on an H200 the tests and runs take a few minutes when they
+# pass, so give the device call 600 s and rerun what a timeout cut off.
 #   scripts/gpu_check.sh LOG_DIR
 # ECO_GPU_PREBUILT=DIR uses binaries built elsewhere (DIR/tests/eco_gpu_tests, DIR/eco-*-bench,
 # shared libraries the GPU machine lacks in DIR/libs) instead of building here, for GPU machines
