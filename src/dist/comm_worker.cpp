@@ -27,8 +27,8 @@ void CommWorker::post(std::function<void()> job) {
 
 void CommWorker::wait() {
   std::unique_lock<std::mutex> lock(mu_);
+  // A failed job sets error_ after clearing running_ (loop()), so either way nothing runs now.
   idle_cv_.wait(lock, [this] { return (jobs_.empty() && !running_) || error_; });
-  idle_cv_.wait(lock, [this] { return !running_; });
   if (error_) {
     std::exception_ptr e = std::exchange(error_, nullptr);
     jobs_.clear();
