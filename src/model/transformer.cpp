@@ -44,14 +44,18 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   head_ = cfg.tie_embeddings ? wte_ : ctx_.index("lm_head.weight");
   // Each block's parameters are one run of the table (h.l.*, blocks in order), between the
   // embeddings and the final norm (model/param_table.cpp).
+  // One pass over the table (thousands of layers stay linear): block l's first offset.
+  std::vector<int64_t> block_begin(size_t(cfg.n_layer), -1);
+  for (const ParamSpec& sp : table_.specs) {
+    if (sp.name.rfind("h.", 0) != 0) continue;
+    const size_t l = size_t(std::stoul(sp.name.substr(2)));
+    ECO_ASSERT(l < block_begin.size(), "parameter {} of no block", sp.name);
+    if (block_begin[l] < 0 || sp.offset < block_begin[l]) block_begin[l] = sp.offset;
+  }
   grad_ready_bounds_.push_back(0);
   for (int l = 0; l < cfg.n_layer; ++l) {
-    const std::string prefix = fmt::format("h.{}.", l);
-    int64_t begin = -1;
-    for (const ParamSpec& sp : table_.specs)
-      if (sp.name.rfind(prefix, 0) == 0) begin = begin < 0 ? sp.offset : std::min(begin, sp.offset);
-    ECO_ASSERT(begin >= 0, "block {} has no parameters", l);
-    grad_ready_bounds_.push_back(begin);
+    ECO_ASSERT(block_begin[size_t(l)] >= 0, "block {} has no parameters", l);
+    grad_ready_bounds_.push_back(block_begin[size_t(l)]);
   }
   grad_ready_bounds_.push_back(table_[std::string("norm_f.weight")].offset);
   grad_ready_bounds_.push_back(table_.total);
