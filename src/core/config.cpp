@@ -340,10 +340,6 @@ Config from_node(YAML::Node root, const std::string& origin) {
             fmt::format("is {}: it must divide model.moe.n_experts ({}), each rank owning the "
                         "same number of experts",
                         p.ep, moe.n_experts));
-    require(p.zero == 0, origin, "parallel.zero",
-            fmt::format("must be 0 with parallel.ep {}: ZeRO-1 with expert parallelism is not "
-                        "built yet",
-                        p.ep));
   }
   return c;
 }

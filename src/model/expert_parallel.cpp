@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 
+#include "core/error.h"
+
 namespace eco {
 
 int routed_expert_of(const std::string& name) {
@@ -13,6 +15,14 @@ int routed_expert_of(const std::string& name) {
   char* end = nullptr;
   const long x = std::strtol(p, &end, 10);
   return end != p && *end == '.' ? int(x) : -1;
+}
+
+std::string with_routed_expert(const std::string& name, int y) {
+  const int x = routed_expert_of(name);
+  ECO_ASSERT(x >= 0, "'{}' is not a routed expert's parameter", name);
+  const std::string from = fmt::format("mlp.experts.{}.", x);
+  const size_t at = name.find(from);
+  return name.substr(0, at) + fmt::format("mlp.experts.{}.", y) + name.substr(at + from.size());
 }
 
 }  // namespace eco

@@ -46,5 +46,7 @@ inline ExpertParallel expert_placement(int dp, int ep, int world_rank, double ro
 // The routed expert a parameter belongs to: "h.3.mlp.experts.5.fc.weight" -> 5; -1 for every
 // other parameter (dense, router, shared experts).
 int routed_expert_of(const std::string& name);
+// The same parameter of routed expert y: "h.3.mlp.experts.5.fc.weight", 7 -> "h.3.mlp.experts.7.fc.weight".
+std::string with_routed_expert(const std::string& name, int y);
 
 }  // namespace eco

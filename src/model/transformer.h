@@ -36,6 +36,7 @@ class Transformer {
   const ParamTable& table() const { return table_; }
   Backend& backend() { return be_; }
   ParamStore& store() { return store_; }
+  const ParamStore& store() const { return store_; }
   // All gradients as one flat tensor (backend dtype), laid out in table order (spec.offset).
   const Tensor& grads() const { return grads_; }
   Tensor grad(size_t i) const;

@@ -12,22 +12,43 @@ namespace eco {
 Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed, int zero_world,
                      int rank, Communicator* comm)
     : cfg_(cfg), model_(model), seed_(seed), adamw_(cfg.name == OptimizerKind::AdamW),
-      shards_(model.store(), zero_world), rank_(rank), comm_(comm) {
+      pieces_(model.store(), 1, std::vector<char>(model.table().specs.size(), 1)), rank_(rank),
+      comm_(comm) {
   Backend& be = model.backend();
   ParamStore& store = model.store();
   const auto& specs = model.table().specs;
   if (rank < 0 || rank >= zero_world)
     runtime_error("optimizer: rank {} of a ZeRO-1 world of {}", rank, zero_world);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    rows_.push_back(sharded() ? shards_.rows(rank, i)
-                              : std::pair<int64_t, int64_t>{0, param_rows_cols(specs[i]).first});
-    // Expert parallelism: another rank's expert has no rows (no moments, no update) here.
-    if (!store.present(i)) rows_.back() = {0, 0};
+  const ExpertParallel& P = model.expert_parallel();
+  if (zero_world > 1) {
+    // The groups: without expert parallelism one over every parameter; with it, the dense
+    // parameters over the world and this rank's routed experts over the dp ranks holding them.
+    std::vector<char> dense(specs.size()), experts(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const bool routed = P.enabled() && routed_expert_of(specs[i].name) >= 0;
+      dense[i] = !routed;
+      experts[i] = routed && store.present(i);
+    }
+    groups_.push_back(Group{ZeroShards(store, zero_world, dense), comm, rank, true, {}, {}, {}});
+    if (P.enabled()) {
+      if (zero_world % P.ep != 0)
+        runtime_error("optimizer: a ZeRO-1 world of {} is not dp x ep {}", zero_world, P.ep);
+      groups_.push_back(Group{ZeroShards(store, zero_world / P.ep, experts), P.edp_comm,
+                              rank / P.ep, false, {}, {}, {}});
+    }
   }
-  if (model.expert_parallel().enabled()) {
-    if (sharded()) runtime_error("optimizer: ZeRO-1 with expert parallelism is not built yet");
-    for (const ZeroPiece& p : shards_.pieces())
-      dense_piece_.push_back(routed_expert_of(specs[p.param].name) < 0);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::pair<int64_t, int64_t> rows{0, param_rows_cols(specs[i]).first};
+    for (const Group& g : groups_)
+      if (g.shards.member(i)) rows = g.shards.rows(g.rank, i);
+    // Expert parallelism: another rank's expert has no rows (no moments, no update) here.
+    if (!store.present(i)) rows = {0, 0};
+    rows_.push_back(rows);
+  }
+  for (const ZeroPiece& p : pieces_.pieces()) {
+    mine_.push_back(rows_[p.param].first <= p.row_begin && p.row_end <= rows_[p.param].second &&
+                    p.row_begin < p.row_end);
+    dense_piece_.push_back(routed_expert_of(specs[p.param].name) < 0);
   }
   // One arena per moment and dtype; m_slot[i], v_slot[i]: parameter i's (arena, slot).
   std::vector<ArenaBuilder> builders;
@@ -71,25 +92,54 @@ Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed, 
     m_.push_back(view(m_slot[i], dts[i]));
     v_.push_back(adamw_ ? view(v_slot[i], dts[i]) : Tensor{});
   }
-  if (sharded())
-    for (ParamArena kind : {ParamArena::Values, ParamArena::Codes, ParamArena::Scales})
-      arena_bounds_[size_t(kind)] = shards_.arena_bounds(kind);
+  for (Group& g : groups_)
+    for (ParamArena kind : {ParamArena::Values, ParamArena::Codes, ParamArena::Scales}) {
+      g.arena_bounds[size_t(kind)] = g.shards.arena_bounds(kind);
+      g.arena_segments[size_t(kind)] = g.shards.arena_segments(kind);
+    }
+}
+
+int Optimizer::largest_rank(const Transformer& model, int zero_world) {
+  if (zero_world <= 1) return 0;
+  const ParamStore& store = model.store();
+  const auto& specs = model.table().specs;
+  const ExpertParallel& P = model.expert_parallel();
+  if (!P.enabled()) return ZeroShards(store, zero_world).largest_rank();
+  std::vector<char> dense(specs.size()), experts(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const bool routed = routed_expert_of(specs[i].name) >= 0;
+    dense[i] = !routed;
+    experts[i] = routed && store.present(i);
+  }
+  const ZeroShards d(store, zero_world, dense), e(store, zero_world / P.ep, experts);
+  int best = 0;
+  int64_t most = -1;
+  for (int r = 0; r < zero_world; ++r)
+    if (const int64_t n = d.elements(r) + e.elements(r / P.ep); n > most) most = n, best = r;
+  return best;
 }
 
 double Optimizer::grad_norm() {
   const Tensor& g = model_.grads();
-  const auto& pieces = shards_.pieces();
+  const auto& pieces = pieces_.pieces();
   partials_.assign(pieces.size(), 0.0);
-  const size_t k0 = sharded() ? shards_.first_piece(rank_) : 0;
-  const size_t k1 = sharded() ? shards_.first_piece(rank_ + 1) : pieces.size();
   segments_.clear();
-  for (size_t k = k0; k < k1; ++k) segments_.push_back({pieces[k].offset, pieces[k].length});
-  model_.backend().sum_squares_segments(g, segments_, partials_.data() + k0);
-  // The other ranks' partials: each element is one rank's value plus zeros (exact).
-  if (sharded()) comm_->all_reduce_sum(partials_.data(), int64_t(partials_.size()));
-  // Expert parallelism: an expert's piece is its owner's (the others' are zeros); a dense
-  // piece, the same on every rank, is rank 0's of the group.
-  if (const ExpertParallel& P = model_.expert_parallel(); P.enabled()) {
+  segment_piece_.clear();
+  for (size_t k = 0; k < pieces.size(); ++k)
+    if (mine_[k]) {
+      segments_.push_back({pieces[k].offset, pieces[k].length});
+      segment_piece_.push_back(k);
+    }
+  segment_sums_.assign(segments_.size(), 0.0);
+  model_.backend().sum_squares_segments(g, segments_, segment_sums_.data());
+  for (size_t j = 0; j < segments_.size(); ++j) partials_[segment_piece_[j]] = segment_sums_[j];
+  if (sharded()) {
+    // ZeRO-1: each piece is one rank's in the world (a dense piece by the world's shards, an
+    // expert's by its owners' group's): the others' partials are zeros, added exactly.
+    comm_->all_reduce_sum(partials_.data(), int64_t(partials_.size()));
+  } else if (const ExpertParallel& P = model_.expert_parallel(); P.enabled()) {
+    // Expert parallelism: an expert's piece is its owner's (the others' are zeros); a dense
+    // piece, the same on every rank, is rank 0's of the group.
     if (P.rank != 0)
       for (size_t k = 0; k < pieces.size(); ++k)
         if (dense_piece_[k]) partials_[k] = 0;
@@ -156,29 +206,83 @@ void Optimizer::all_gather_weights() {
   Backend& be = model_.backend();
   const ScopedRange range(be, "ZeRO-1 all-gather");
   ++gathers_;
+  for (Group& g : groups_)
+    if (g.shards.world() > 1) all_gather_group(g);
+}
+
+void Optimizer::all_gather_group(Group& g) {
+  Backend& be = model_.backend();
+  const bool device = g.device && device_comm_ && !be.host_memory();
   for (ParamArena kind : {ParamArena::Codes, ParamArena::Scales, ParamArena::Values}) {
     const Tensor& buf = model_.store().arena(kind).buffer;
-    if (buf.empty()) continue;
-    const std::vector<int64_t>& bounds = arena_bounds_[size_t(kind)];
+    const auto& segments = g.arena_segments[size_t(kind)];
+    if (buf.empty() || segments.empty()) continue;
+    const std::vector<int64_t>& bounds = g.arena_bounds[size_t(kind)];
     // The bytes this rank sends, by the communicator's own counter.
     const auto counted = [&] {
-      return (device_comm_ ? device_comm_->bytes_sent() : comm_->bytes_sent()).all_gather;
+      return (device ? device_comm_->bytes_sent() : g.comm->bytes_sent()).all_gather;
     };
     const int64_t before = counted();
+    // Each segment of the group's parameters, cut between the ranks by the same bounds.
+    const auto gather = [&](char* base, auto&& all_gather) {
+      for (const auto& [begin, end] : segments)
+        all_gather(base + begin, clamp_bounds(bounds, begin, end));
+    };
     if (be.host_memory()) {
-      comm_->all_gather(buf.data, bounds);
-    } else if (device_comm_) {  // GPU to GPU, waited for under the run's collective timeout
-      device_comm_->all_gather(buf.data, bounds);
+      gather(buf.as<char>(), [&](char* p, const std::vector<int64_t>& b) { g.comm->all_gather(p, b); });
+    } else if (device) {  // GPU to GPU, waited for under the run's collective timeout
+      gather(buf.as<char>(),
+             [&](char* p, const std::vector<int64_t>& b) { device_comm_->all_gather(p, b); });
       const Communicator::WaitGuard guard(*comm_, "the NCCL all-gather of the weights");
       be.synchronize();
     } else {  // device memory through the host
       staging_.resize(buf.bytes());
       be.copy_to_host(staging_.data(), buf);
-      comm_->all_gather(staging_.data(), bounds);
+      gather(staging_.data(),
+             [&](char* p, const std::vector<int64_t>& b) { g.comm->all_gather(p, b); });
       be.copy_from_host(buf, staging_.data());
     }
-    (kind == ParamArena::Values ? sent_values_ : sent_quantized_) += counted() - before;
+    (kind == ParamArena::Values ? g.sent.values : g.sent.quantized) += counted() - before;
   }
+}
+
+std::vector<Optimizer::GatherBytes> Optimizer::gather_bytes() const {
+  std::vector<GatherBytes> out;
+  for (const Group& g : groups_) {
+    out.push_back(g.sent);
+    out.back().world = g.shards.world();
+  }
+  return out;
+}
+
+std::vector<Optimizer::GatherBytes> Optimizer::own_weight_bytes() const {
+  std::vector<GatherBytes> out;
+  for (const Group& g : groups_) {
+    GatherBytes b;
+    b.world = g.shards.world();
+    for (ParamArena kind : {ParamArena::Codes, ParamArena::Scales, ParamArena::Values})
+      for (const auto& [begin, end] : g.arena_segments[size_t(kind)]) {
+        const std::vector<int64_t> c = clamp_bounds(g.arena_bounds[size_t(kind)], begin, end);
+        (kind == ParamArena::Values ? b.values : b.quantized) +=
+            c[size_t(g.rank) + 1] - c[size_t(g.rank)];
+      }
+    out.push_back(b);
+  }
+  return out;
+}
+
+int64_t Optimizer::elements_here() const {
+  int64_t n = 0;
+  const auto& specs = model_.table().specs;
+  for (size_t i = 0; i < specs.size(); ++i)
+    n += (rows_[i].second - rows_[i].first) * param_rows_cols(specs[i]).second;
+  return n;
+}
+
+int Optimizer::split_params(bool experts) const {
+  int n = 0;
+  for (size_t k = experts ? 1 : 0; k < groups_.size(); ++k) n += groups_[k].shards.split_params();
+  return n;
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
@@ -194,9 +298,38 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
 std::vector<std::vector<int64_t>> Optimizer::state_bounds() const {
   std::vector<std::vector<int64_t>> out;
   const auto& specs = model_.table().specs;
-  for (size_t i = 0; i < specs.size(); ++i)
-    for (int k = 0; k < (adamw_ ? 2 : 1); ++k)
-      out.push_back(sharded() ? shards_.tensor_bounds(i, m_[i].dtype) : std::vector<int64_t>{});
+  const ExpertParallel& P = model_.expert_parallel();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::vector<int64_t> b;
+    if (sharded() && groups_.front().shards.member(i)) {
+      b = groups_.front().shards.tensor_bounds(i, m_[i].dtype);
+    } else if (sharded() && P.enabled()) {
+      // A routed expert: rows of it on the dp ranks of its owner's column (world ranks
+      // d ep + o), in d order; every other rank's range empty.
+      const int x = routed_expert_of(specs[i].name);
+      const int o = P.owner(x, model_.config().moe.n_experts);
+      // The owners' group bounds, the same on every rank of that column: this rank's group
+      // cuts its own experts alike (every rank holds as many of the same shapes).
+      std::vector<int64_t> tb(size_t(P.dp) + 1);
+      const Group& eg = groups_.back();
+      const int64_t cols = param_rows_cols(specs[i]).second;
+      const int64_t es = int64_t(dtype_size(m_[i].dtype));
+      // The same expert slot on this rank: this column's expert x' = x - o L + e L.
+      const int L = model_.config().moe.n_experts / P.ep;
+      const std::string mine = with_routed_expert(specs[i].name, x - o * L + P.rank * L);
+      const int j = model_.table().index_of(mine);
+      ECO_ASSERT(j >= 0 && eg.shards.member(size_t(j)), "ZeRO-1: no expert '{}' here", mine);
+      for (int d = 0; d <= P.dp; ++d)
+        tb[size_t(d)] = d == P.dp ? specs[i].numel() * es
+                                  : eg.shards.rows(d, size_t(j)).first * cols * es;
+      b.assign(size_t(P.dp * P.ep) + 1, 0);
+      for (int r = 0; r <= P.dp * P.ep; ++r) {
+        const int d = r / P.ep, e = r % P.ep;
+        b[size_t(r)] = r == P.dp * P.ep ? tb.back() : tb[size_t(e <= o ? d : d + 1)];
+      }
+    }
+    for (int k = 0; k < (adamw_ ? 2 : 1); ++k) out.push_back(b);
+  }
   return out;
 }
 

@@ -3,6 +3,9 @@
 // or ECO's error injection into the momentum). Global-norm clipping is fused into the update.
 // Under ZeRO-1 (parallel.zero: 1; optim/zero_shards.h) each rank keeps the moments of its own
 // rows only, updates those rows, and all-gathers the stored weights (codes, scales, values).
+// With expert parallelism ZeRO-1 shards in two groups: the dense parameters (replicated on every
+// rank) over the whole world, the routed experts over the expert-data-parallel group (the dp
+// ranks that hold the same experts).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,10 +25,16 @@ class Optimizer {
   // Allocates the moments (m, and v for AdamW): backend dtype for plain parameters, and
   // cfg.state_dtype (fp32 or bf16) for quantized ones, one arena per moment and dtype
   // (model/arena.h). `seed` keys the SR random streams.
-  // zero_world > 1: ZeRO-1 over that many ranks, this process being `rank`; `comm` carries the
-  // step's collectives (null only for a plan, which takes no step).
+  // zero_world > 1: ZeRO-1 over that many ranks (the world), this process being world rank
+  // `rank`; `comm` carries the step's collectives (null only for a plan, which takes no step).
+  // Under expert parallelism (model.expert_parallel()) the experts' group is the dp ranks of
+  // rank / ep's column, over its edp_comm.
   Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed = 0, int zero_world = 1,
             int rank = 0, Communicator* comm = nullptr);
+
+  // The world rank whose ZeRO-1 share of the moments is the largest (a plan's rank): the dense
+  // share plus, under expert parallelism, its experts' share in their group.
+  static int largest_rank(const Transformer& model, int zero_world);
 
   // The L2 norm of all gradients: one double partial per ZeRO piece, added in piece order, so the
   // bits do not depend on the sharding. Under ZeRO-1 the gradient must hold the reduced sum in
@@ -34,17 +43,30 @@ class Optimizer {
   // One update with learning rate `lr`, clipping to cfg.grad_clip given the gradient norm; under
   // ZeRO-1 of this rank's rows, then every rank's rows of the stored weights all-gathered.
   void step(double lr, double grad_norm);
-  bool sharded() const { return shards_.world() > 1; }
+  bool sharded() const { return !groups_.empty(); }
   // ZeRO-1 on device memory: the all-gather of the stored weights goes GPU to GPU through `dc`
   // (NCCL) instead of through host memory over the host communicator.
   void set_device_communicator(DeviceCommunicator* dc) { device_comm_ = dc; }
-  const ZeroShards& shards() const { return shards_; }
+  // ZeRO-1: the dense group's shards over the world (every parameter's without expert
+  // parallelism); grad_bounds() of it cut the reduce-scatter of the dense gradient.
+  const ZeroShards& shards() const { return groups_.front().shards; }
+  // Elements whose moments this rank keeps, and the parameters divided between ranks by rows.
+  int64_t elements_here() const;
+  // (`experts`: of the experts' group only, under expert parallelism.)
+  int split_params(bool experts = false) const;
   // ZeRO-1's all-gathers of the stored weights so far, and the bytes this rank sent in them by
   // the communicator's counter: of the quantized weights' codes and scales, and of the values
   // (plain parameters, masters).
   int64_t weight_gathers() const { return gathers_; }
-  int64_t sent_quantized_bytes() const { return sent_quantized_; }
-  int64_t sent_value_bytes() const { return sent_values_; }
+  // Per group (dense, then experts): the bytes sent, and the group's world.
+  struct GatherBytes {
+    int world = 1;
+    int64_t quantized = 0, values = 0;
+  };
+  std::vector<GatherBytes> gather_bytes() const;
+  // Per group: the bytes of this rank's rows in the stored weights, which each all-gather sends
+  // to the group's world - 1 others (a plan's figure).
+  std::vector<GatherBytes> own_weight_bytes() const;
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }  // resume
   // Every persistent tensor (moments), named, for checkpoints: under ZeRO-1 this rank's rows.
@@ -65,19 +87,34 @@ class Optimizer {
   std::vector<Tensor> m_, v_;  // per parameter: views into arenas_
   std::vector<PlainUpdate> plain_;  // this step's unquantized updates (kept: no per-step allocation)
   int64_t t_ = 0;
-  ZeroShards shards_;
+  // A ZeRO-1 sharding group: its shards, communicator, this rank's place, and the segments and
+  // bounds its collectives take.
+  struct Group {
+    ZeroShards shards;
+    Communicator* comm = nullptr;
+    int rank = 0;
+    bool device = false;  // gathers through the device communicator (the world group only)
+    std::vector<std::pair<int64_t, int64_t>> arena_segments[3];  // by ParamArena
+    std::vector<int64_t> arena_bounds[3];
+    GatherBytes sent;
+  };
+  ZeroShards pieces_;        // every present parameter, one rank: grad_norm's pieces
+  std::vector<Group> groups_;  // ZeRO-1: dense (the world), then routed experts (edp)
   int rank_;
   Communicator* comm_;
   DeviceCommunicator* device_comm_ = nullptr;
   std::vector<std::pair<int64_t, int64_t>> rows_;  // per parameter: this rank's rows
   std::vector<double> partials_;                   // grad_norm's, one per piece
+  std::vector<char> mine_;                         // grad_norm: piece k's rows are this rank's
   std::vector<char> dense_piece_;                  // expert parallelism: piece k not an expert's
   std::vector<SumSegment> segments_;               // grad_norm's pieces on this rank
-  std::vector<int64_t> arena_bounds_[3];           // by ParamArena (ZeRO-1)
+  std::vector<size_t> segment_piece_;              // and their piece indices
+  std::vector<double> segment_sums_;
   std::vector<char> staging_;                      // device arenas' way through host memory
-  int64_t gathers_ = 0, sent_quantized_ = 0, sent_values_ = 0;
+  int64_t gathers_ = 0;
 
   void all_gather_weights();
+  void all_gather_group(Group& g);
 };
 
 // Learning rate at `step` (0-based): linear warmup to lr over `warmup` steps, then cosine or

@@ -14,6 +14,12 @@
 //
 // The pieces also fix the gradient norm's summation (Optimizer::grad_norm): one double partial
 // per piece, added in piece order, whatever the world size or zero stage.
+//
+// Expert parallelism shards by groups (Optimizer): the dense parameters over the whole world,
+// each rank's routed experts over its expert-data-parallel group. A ZeroShards then covers its
+// members only (the others have no pieces and no rows); the members' bytes are no longer one
+// range of each buffer, but several segments (grad_segments, arena_segments), each cut between
+// the ranks by the same bounds (clamp_bounds).
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -37,9 +43,12 @@ std::pair<int64_t, int64_t> param_rows_cols(const ParamSpec& s);
 
 class ZeroShards {
  public:
-  ZeroShards(const ParamStore& store, int world);
+  // member[i]: parameter i takes part (empty: every parameter present in the store). A member
+  // absent from the store (another rank's expert) has pieces but no bytes in any arena.
+  ZeroShards(const ParamStore& store, int world, std::vector<char> member = {});
 
   int world() const { return world_; }
+  bool member(size_t i) const { return member_[i] != 0; }
   const std::vector<ZeroPiece>& pieces() const { return pieces_; }
   // Rank r's pieces: [first_piece(r), first_piece(r + 1)).
   size_t first_piece(int r) const { return cut_[size_t(r)]; }
@@ -48,11 +57,17 @@ class ZeroShards {
   std::pair<int64_t, int64_t> rows(int r, size_t i) const {
     return {row_at(r, i), row_at(r + 1, i)};
   }
-  // world + 1 element offsets of the flat gradient: rank r's range [b[r], b[r+1]).
+  // world + 1 element offsets of the flat gradient: rank r's range [b[r], b[r+1]) (within the
+  // member segments: b[0] = 0, b[world] = the gradient's end).
   std::vector<int64_t> grad_bounds() const;
   // world + 1 byte offsets of one of the store's arenas, rank r's range holding its rows of
-  // every parameter stored there (and any alignment gap between them).
+  // every member parameter stored there (and any alignment gap between them).
   std::vector<int64_t> arena_bounds(ParamArena kind) const;
+  // The members' ranges [first, second) of the flat gradient, and the byte ranges of an arena
+  // holding member parameters (adjacent members merged, alignment gaps between them included):
+  // with every parameter a member, one range each.
+  std::vector<std::pair<int64_t, int64_t>> grad_segments() const;
+  std::vector<std::pair<int64_t, int64_t>> arena_segments(ParamArena kind) const;
   // world + 1 byte offsets of a tensor of parameter i's shape in dtype dt that the ranks hold
   // by their rows (a moment): rank r's bytes of the whole tensor.
   std::vector<int64_t> tensor_bounds(size_t i, DType dt) const;
@@ -66,10 +81,18 @@ class ZeroShards {
   // The first row of parameter i at or after rank r's cut (0 before it, rows after it).
   int64_t row_at(int r, size_t i) const;
 
+  // Parameter i's byte offset in an arena, or -1 when it has no slot there.
+  std::vector<int64_t> slot_offsets(ParamArena kind) const;
+
   const ParamStore& store_;
   int world_;
+  std::vector<char> member_;
   std::vector<ZeroPiece> pieces_;
   std::vector<size_t> cut_;  // world + 1 piece indices
 };
+
+// bounds (world + 1 non-decreasing offsets) cut to the segment [begin, end), relative to begin:
+// each rank's part of the segment.
+std::vector<int64_t> clamp_bounds(const std::vector<int64_t>& bounds, int64_t begin, int64_t end);
 
 }  // namespace eco

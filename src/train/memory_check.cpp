@@ -61,9 +61,8 @@ MemoryFit memory_fit(const Config& cfg) {
     Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
                       cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0,
                                                        cfg.parallel.ep_row_factor));
-    const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.dp : 1;
-    Optimizer opt(cfg.optim, model, 0, zero_world,
-                  ZeroShards(model.store(), zero_world).largest_rank());
+    const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.world() : 1;
+    Optimizer opt(cfg.optim, model, 0, zero_world, Optimizer::largest_rank(model, zero_world));
     alloc_trainer_buffers(*be, cfg, model);
   }
   MemoryFit fit;

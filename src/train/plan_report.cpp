@@ -48,8 +48,8 @@ std::string plan_report(const Config& cfg) {
                     cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0,
                                                        cfg.parallel.ep_row_factor));
   // Under ZeRO-1 the plan is the rank with the most rows' moments.
-  const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.dp : 1;
-  const int plan_rank = ZeroShards(model.store(), zero_world).largest_rank();
+  const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.world() : 1;
+  const int plan_rank = Optimizer::largest_rank(model, zero_world);
   Optimizer opt(cfg.optim, model, 0, zero_world, plan_rank);
   alloc_trainer_buffers(*be, cfg, model);
   const auto& ledger = be->ledger();
@@ -122,18 +122,32 @@ std::string plan_report(const Config& cfg) {
       const double rows = double(cfg.train.batch_size) * cfg.model.seq_len * moe.top_k;
       const double a2a = 4.0 * double(layers) * cfg.train.grad_accum * rows * cfg.model.d_model *
                          double(dtype_size(be->act_dtype())) * (par.ep - 1) / par.ep;
-      s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero 0; expert parallelism: each rank "
+      s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero {}; expert parallelism: each rank "
                        "holds {} of the {} routed experts of each MoE layer (weights, gradients, "
                        "moments), their rows sized for {} x a source's (parallel.ep_row_factor{}); "
-                       "the table above is per rank\n",
-                       par.dp, par.ep, par.world(), moe.n_experts / par.ep, moe.n_experts,
+                       "the table above is {}\n",
+                       par.dp, par.ep, par.world(), par.zero, moe.n_experts / par.ep, moe.n_experts,
                        par.ep_row_factor > 0 ? par.ep_row_factor : double(par.ep),
-                       par.ep_row_factor > 0 ? "" : " 0: ep, the worst case");
-      s += fmt::format("collectives per step and rank: dense gradient all-reduce sends {:.1f} MiB; "
+                       par.ep_row_factor > 0 ? "" : " 0: ep, the worst case",
+                       par.zero == 1 ? fmt::format("rank {}'s, the largest share", plan_rank)
+                                     : std::string("per rank"));
+      if (par.zero == 1)
+        s += fmt::format("ZeRO-1: moments of {:.1f}% of the parameters here: the dense ones divided "
+                         "over the {} ranks, this rank's experts over the {} ranks that hold them\n",
+                         100.0 * double(opt.elements_here()) / double(model.table().total),
+                         par.world(), par.dp);
+      double gathered = 0;  // the weight all-gathers' bytes (ZeRO-1), both groups
+      for (const Optimizer::GatherBytes& g : opt.own_weight_bytes())
+        gathered += double(g.quantized + g.values) * double(g.world - 1);
+      s += fmt::format("collectives per step and rank: dense gradient {} sends {:.1f} MiB; "
                        "expert gradient all-gather (expert-data-parallel group) sends {:.1f} MiB; "
-                       "token exchange (all_to_all_v) sends about {:.1f} MiB\n",
-                       dense_bytes * 2 * (w - 1) / w / 1048576.0,
-                       par.dp > 1 ? acc_bytes * (par.dp - 1) / 1048576.0 : 0.0, a2a / 1048576.0);
+                       "token exchange (all_to_all_v) sends about {:.1f} MiB{}\n",
+                       par.zero == 1 ? "reduce-scatter" : "all-reduce",
+                       dense_bytes * (par.zero == 1 ? 1 : 2) * (w - 1) / w / 1048576.0,
+                       par.dp > 1 ? acc_bytes * (par.dp - 1) / 1048576.0 : 0.0, a2a / 1048576.0,
+                       par.zero == 1 ? fmt::format("; weight all-gather sends {:.1f} MiB",
+                                                   gathered / 1048576.0)
+                                     : std::string());
     } else if (par.zero == 0) {
       s += fmt::format("parallel: dp {} x ep {} = {} ranks, zero 0; the table above is per rank\n",
                        par.dp, par.ep, par.world());
@@ -144,8 +158,7 @@ std::string plan_report(const Config& cfg) {
     } else {
       // ZeRO-1: the gradients' reduce-scatter sends (w - 1) / w of them; the all-gather of the
       // stored weights sends this rank's rows to the w - 1 others (about (w - 1) / w of them).
-      const ZeroShards& sh = opt.shards();
-      const double mine = double(sh.elements(plan_rank)) / double(model.table().total);
+      const double mine = double(opt.elements_here()) / double(model.table().total);
       const auto arena_bytes = [&](ParamArena k) {
         return double(model.store().arena(k).elements()) *
                double(k == ParamArena::Values ? dtype_size(be->dtype()) : k == ParamArena::Codes ? 1 : 4);

@@ -69,7 +69,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
     }
   }
   opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed,
-                                     par.zero == 1 ? par.dp : 1,
+                                     par.zero == 1 ? par.world() : 1,
                                      par.zero == 1 ? comm_->rank() : 0, comm_);
   if (opt_->sharded()) grad_bounds_ = opt_->shards().grad_bounds();
   start_device_communicator();
@@ -311,13 +311,18 @@ void Trainer::log_run_header() {
                                             : "no overlap: MPI without MPI_THREAD_SERIALIZED on some rank");
   }
   if (opt_->sharded()) {
-    const ZeroShards& sh = opt_->shards();
     const int64_t total = model_->table().total;
     log_.info("ZeRO-1: each rank updates and keeps the moments of its own rows (rank 0: {} of {} "
-              "parameters, {:.1f}%; largest share: rank {}); {} of {} parameters divided between "
-              "ranks by rows, the rest whole",
-              sh.elements(0), total, 100.0 * double(sh.elements(0)) / double(total),
-              sh.largest_rank(), sh.split_params(), model_->table().specs.size());
+              "parameters, {:.1f}%){}; {} of {} parameters divided between ranks by rows{}, "
+              "the rest whole",
+              opt_->elements_here(), total, 100.0 * double(opt_->elements_here()) / double(total),
+              ep_.enabled() ? fmt::format(": the dense ones divided over the {} ranks, each "
+                                          "rank's experts over the {} that hold them",
+                                          comm_->world(), ep_.dp)
+                            : std::string(),
+              opt_->split_params(), model_->table().specs.size(),
+              ep_.enabled() ? fmt::format(" ({} of them experts')", opt_->split_params(true))
+                            : std::string());
   }
 }
 
@@ -393,23 +398,32 @@ void Trainer::reduce_gradients() {
   }
   if (comm_->world() == 1) return;
   if (ep_.enabled()) {
-    // Expert parallelism (host memory): the dense ranges summed over the world, then each local
-    // expert's gradient folded from every source's, in world rank order (MoeMlp).
-    const ScopedRange range(*backend_, "gradient all-reduce + expert fold");
+    // Expert parallelism: the dense ranges summed over the world (ZeRO-1: each rank receives
+    // its rows of each range), then each local expert's gradient folded from every source's,
+    // in world rank order (MoeMlp).
+    const bool scatter = opt_->sharded();
+    const ScopedRange range(*backend_, scatter ? "gradient reduce-scatter + expert fold"
+                                               : "gradient all-reduce + expert fold");
     ECO_ASSERT(g.dtype == DType::F32, "expert-parallel gradients in {}", dtype_name(g.dtype));
+    const auto sum = [&](float* base, auto& comm) {
+      for (const auto& [offset, length] : dense_ranges_) {
+        if (scatter)
+          comm.reduce_scatter_sum(base + offset,
+                                  clamp_bounds(grad_bounds_, offset, offset + length));
+        else
+          comm.all_reduce_sum(base + offset, length);
+      }
+    };
     if (backend_->host_memory()) {
-      for (const auto& [offset, length] : dense_ranges_)
-        comm_->all_reduce_sum(g.as<float>() + offset, length);
+      sum(g.as<float>(), *comm_);
     } else if (device_comm_) {  // GPU to GPU (synchronised under the timeout, as below)
-      for (const auto& [offset, length] : dense_ranges_)
-        device_comm_->all_reduce_sum(g.as<float>() + offset, length);
+      sum(g.as<float>(), *device_comm_);
       const Communicator::WaitGuard guard(*comm_, "the NCCL gradient sum");
       backend_->synchronize();
     } else {  // through host memory (the expert slots ride along unchanged)
       grads_host_.resize(size_t(g.numel()));
       backend_->copy_to_host(grads_host_.data(), g);
-      for (const auto& [offset, length] : dense_ranges_)
-        comm_->all_reduce_sum(grads_host_.data() + offset, length);
+      sum(grads_host_.data(), *comm_);
       backend_->copy_from_host(g, grads_host_.data());
     }
     model_->reduce_expert_gradients();
@@ -595,11 +609,17 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
       // every rank sends its range to the w - 1 others, so the bytes all ranks sent over w - 1
       // are the payload gathered, here over the parameters it holds. Quantized: codes + scales
       // (bf16 weights would be 2).
-      int64_t sent[2] = {opt_->sent_quantized_bytes(), opt_->sent_value_bytes()};
-      comm_->all_reduce_sum(sent, 2);
-      const double per_step =
-          double(comm_->world() - 1) * double(std::max<int64_t>(opt_->weight_gathers(), 1));
-      const double q_step = double(sent[0]) / per_step, v_step = double(sent[1]) / per_step;
+      // (Under expert parallelism the experts' group of dp ranks sends to dp - 1 others.)
+      double q_step = 0, v_step = 0;
+      for (const Optimizer::GatherBytes& gb : opt_->gather_bytes()) {
+        if (gb.world == 1) continue;
+        int64_t sent[2] = {gb.quantized, gb.values};
+        comm_->all_reduce_sum(sent, 2);
+        const double per_step =
+            double(gb.world - 1) * double(std::max<int64_t>(opt_->weight_gathers(), 1));
+        q_step += double(sent[0]) / per_step;
+        v_step += double(sent[1]) / per_step;
+      }
       const ParamStore& store = model_->store();
       int64_t quantized = 0, values = 0;
       for (size_t i = 0; i < store.size(); ++i) {

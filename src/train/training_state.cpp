@@ -21,7 +21,8 @@ TensorBounds persistent_bounds(Transformer& model, const Optimizer& opt) {
   if (!P.enabled()) return all;
   // Expert parallelism: a routed expert's tensors come whole from its owner in the first
   // expert-parallel group (world rank e = the owner's group rank); every other range is empty
-  // (the owners in the other groups hold the same bits).
+  // (the owners in the other groups hold the same bits). Under ZeRO-1 its moments come by rows
+  // from the owners in every group (Optimizer::state_bounds).
   const ParamTable& table = model.table();
   const int world = P.ep * P.dp, E = model.config().moe.n_experts;
   const auto owner_bounds = [&](size_t param, int64_t whole) {
@@ -38,8 +39,7 @@ TensorBounds persistent_bounds(Transformer& model, const Optimizer& opt) {
   const size_t per = moments.size() / table.specs.size();
   for (size_t j = 0; j < moments.size(); ++j) {
     const size_t i = j / per;
-    if (routed_expert_of(table.specs[i].name) < 0) continue;
-    ECO_ASSERT(all[layout.size() + j].empty(), "'{}': sharded twice", moments[j].first);
+    if (routed_expert_of(table.specs[i].name) < 0 || !all[layout.size() + j].empty()) continue;
     all[layout.size() + j] =
         owner_bounds(i, table.specs[i].numel() * int64_t(dtype_size(moments[j].second.dtype)));
   }

@@ -5,7 +5,9 @@
 # (per-tensor scales: whole tensors per rank), bf16 moments, SGD with momentum (no v), a
 # sigmoid_bias sparse MoE, and 4 ranks with parameters divided between ranks by rows. A ZeRO-1
 # checkpoint holds the whole moments (gathered to rank 0): it resumes on one rank at zero 0, and
-# one rank's checkpoint resumes on 2 ranks at zero 1, byte for byte. summary.json reports the bytes all-gathered per quantized
+# one rank's checkpoint resumes on 2 ranks at zero 1, byte for byte. With expert parallelism
+# (ep 2, ep 2 x dp 2) ZeRO-1 shards the dense parameters over the world and the experts over
+# their dp ranks: the same bits, and checkpoints that resume on one rank and back. summary.json reports the bytes all-gathered per quantized
 # parameter (codes + scales: 1 + 4 / columns under per-row FP8 scales, against 2 for bf16).
 # Skips (77) without mpirun or in a build without MPI.
 source "$(dirname "$0")/lib/common.bash"
@@ -87,6 +89,53 @@ grep -q "resumed from .*ckpt_00000005.bin at step 5" one_to_z1.log || fail "one 
 same z1_to_one one_fp8-eco-sr
 same one_to_z1 one_fp8-eco-sr
 echo "ok: ZeRO-1 checkpoints are whole; resumed 2 ranks (zero 1) -> 1 rank and back byte for byte"
+
+# ZeRO-1 with expert parallelism: the dense parameters divided over the world, each rank's
+# experts over the dp ranks that hold them. One llama layer of 6 SwiGLU experts of 256: each rank
+# of an ep 2 group holds 3, their fc weights 512 rows (four pieces), so the cut between its 2 dp
+# ranks falls inside the second expert's fc weight (an even number of experts a rank would be
+# cut between experts). ep 2 on 2 ranks and ep 2 x dp 2 on 4 equal one rank accumulating, under
+# fp8-eco-sr (experts quantized), int4-eco-sr (per-tensor: whole experts) and bf16-mw (masters).
+# run_ep NAME DP EP ARGS...: as run, at zero 1 on DP x EP ranks.
+run_ep() {
+  local name=$1 dp=$2 ep=$3
+  shift 3
+  "${MPI[@]}" -np $((dp * ep)) "$ECO_TRAIN" cfg.yaml "${common[@]}" "${moe[@]}" \
+    "${ep_shape[@]}" --set train.out_dir="$WORK/$name" --set parallel.dp="$dp" \
+    --set parallel.ep="$ep" --set parallel.zero=1 "$@" >"$name.log" 2>&1 ||
+    { cat "$name.log"; fail "$name: exit $?"; }
+}
+ep_shape=(--set model.family=llama --set model.n_layer=1 --set model.moe.n_experts=6
+  --set model.moe.expert_hidden=256)
+ep_moe=("${moe[@]}" "${ep_shape[@]}")
+ep_plan=$("${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" "${ep_moe[@]}" --set parallel.ep=2 \
+  --set parallel.zero=1 --plan 2>&1) || { echo "$ep_plan"; fail "--plan (ep 2, zero 1) failed"; }
+grep -q "ep 2 = 2 ranks, zero 1" <<<"$ep_plan" && grep -q "ZeRO-1: moments of .* this rank's experts over the 1 ranks" <<<"$ep_plan" ||
+  { echo "$ep_plan"; fail "--plan of ep 2, zero 1 says nothing of ZeRO-1"; }
+run one_ep2 1 0 "${ep_moe[@]}" --set train.grad_accum=2
+run_ep z1_ep2 1 2
+same one_ep2 z1_ep2
+for t in fp8-eco-sr int4-eco-sr bf16-mw; do
+  run "one_ep4_$t" 1 0 "${ep_moe[@]}" --set train.grad_accum=4 --set precision.treatment="$t" \
+    --set train.checkpoint_interval=5 --set train.keep_checkpoints=5
+  run_ep "z1_ep2dp2_$t" 2 2 --set precision.treatment="$t" --set train.checkpoint_interval=5 \
+    --set train.keep_checkpoints=5
+  same "one_ep4_$t" "z1_ep2dp2_$t"
+done
+grep -Eq "the dense ones divided over the 4 ranks, each rank's experts over the 2 that hold them; .*by rows \([1-9][0-9]* of them experts'\)" \
+  z1_ep2dp2_fp8-eco-sr.log || { grep ZeRO z1_ep2dp2_fp8-eco-sr.log; fail "ep 2 x dp 2 divided no expert by rows"; }
+echo "ok: ep 2 x dp 2: $(grep -o '[0-9]* of [0-9]* parameters divided between ranks by rows ([0-9]* of them experts.)' z1_ep2dp2_fp8-eco-sr.log)"
+# Its checkpoints hold the whole moments: ep 2 x dp 2 (zero 1) -> one rank, and one rank -> ep 2 x dp 2.
+mkdir -p "$WORK/ep_to_one" "$WORK/one_to_ep"
+cp "$WORK/z1_ep2dp2_fp8-eco-sr/ckpt_00000005.bin" "$WORK/ep_to_one/"
+cp "$WORK/one_ep4_fp8-eco-sr/ckpt_00000005.bin" "$WORK/one_to_ep/"
+run ep_to_one 1 0 "${ep_moe[@]}" --set train.grad_accum=4 --resume
+run_ep one_to_ep 2 2 --resume
+grep -q "resumed from .*ckpt_00000005.bin at step 5" ep_to_one.log || fail "ep -> one did not resume"
+grep -q "resumed from .*ckpt_00000005.bin at step 5" one_to_ep.log || fail "one -> ep did not resume"
+same ep_to_one one_ep4_fp8-eco-sr
+same one_to_ep one_ep4_fp8-eco-sr
+echo "ok: ZeRO-1 with ep 2 (x dp 2) equals one rank; its checkpoints resume on one rank and back"
 
 # The all-gather's payload per quantized parameter: codes (1 byte) + per-row scales (4 bytes a row).
 python3 - "$WORK/z1_fp8-eco-sr/summary.json" <<'PY' || fail "summary.json's ZeRO-1 figures"

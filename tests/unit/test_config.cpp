@@ -451,8 +451,8 @@ TEST(ConfigParallel, OverlapDefaultsToFalseAndRoundTrips) {
   EXPECT_EQ(eco::to_yaml(parse(base_yaml(""))).find("overlap"), std::string::npos);
 }
 
-// parallel.ep splits the routed experts: a MoE model whose expert count it divides,
-// without ZeRO-1 (not built with it yet); every rank of dp x ep reads its own micro-batch.
+// parallel.ep splits the routed experts: a MoE model whose expert count it divides, with or
+// without ZeRO-1; every rank of dp x ep reads its own micro-batch.
 TEST(ConfigParallel, ExpertParallelismNeedsMoeExpertsItDividesOnTheCpu) {
   const std::string moe = "model: {moe: {n_experts: 4, top_k: 2, expert_hidden: 16}}\n";
   const Config ep2 = parse(base_yaml(moe + "parallel: {dp: 2, ep: 2}\n"));
@@ -463,8 +463,10 @@ TEST(ConfigParallel, ExpertParallelismNeedsMoeExpertsItDividesOnTheCpu) {
                       {kOrigin, "parallel.ep", "needs a MoE model", "model.moe.n_experts"});
   expect_config_error(base_yaml(moe + "parallel: {ep: 3}\n"),
                       {kOrigin, "parallel.ep", "must divide model.moe.n_experts (4)"});
-  expect_config_error(base_yaml(moe + "parallel: {ep: 2, zero: 1}\n"),
-                      {kOrigin, "parallel.zero", "ZeRO-1 with expert parallelism"});
+  // ZeRO-1 composes with it (the dense parameters over the world, the experts over dp).
+  const Config z1 = parse(base_yaml(moe + "parallel: {dp: 2, ep: 2, zero: 1}\n"));
+  EXPECT_EQ(z1.parallel.zero, 1);
+  EXPECT_EQ(parse(eco::to_yaml(z1)).parallel.zero, 1);
   EXPECT_EQ(parse(base_yaml(moe + "parallel: {ep: 2, ep_row_factor: 1.5}\n")).parallel.ep_row_factor,
             1.5);
   expect_config_error(base_yaml(moe + "parallel: {ep: 2, ep_row_factor: 3}\n"),

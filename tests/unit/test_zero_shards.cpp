@@ -178,3 +178,147 @@ TEST(ZeroShards, AZeroOneOptimizerHoldsTheMomentsOfItsRowsOnly) {
 
 }  // namespace
 }  // namespace eco
+
+namespace eco {
+namespace {
+
+// Expert parallelism's two sharding groups (Optimizer): a ZeroShards over some members only.
+// Rank (d, e) of dp 2 x ep 2 holds the dense parameters and its experts; the dense members are
+// cut over the 4 ranks, the experts over the 2 holding them. Each group's rows partition its
+// members, others have none; its gradient segments are exactly the members' ranges; its arena
+// segments hold every member's bytes and no other parameter's; and within each segment the
+// clamped bounds give each rank exactly the bytes of its rows.
+TEST(ZeroShards, MembersOnlyCutTheirRowsAndSegmentsForEveryGroup) {
+  ModelConfig m = shard_model();
+  m.moe.n_experts = 4;
+  m.moe.top_k = 2;
+  m.moe.expert_hidden = 160;  // 160-row fc weights: two pieces
+  m.moe.expert_act = m.mlp;
+  for (const char* treatment : {"fp8-eco-sr", "bf16-mw", "int4-eco-sr"}) {
+    auto be = make_cpu_backend();
+    Transformer model(m, *be, 2, treatment_from_name(treatment), QuantizeScope::Blocks,
+                      expert_placement(2, 2, 1));  // d 0, e 1: experts 2 and 3
+    const ParamStore& store = model.store();
+    const auto& specs = model.table().specs;
+    std::vector<char> dense(specs.size()), experts(specs.size());
+    int held = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const int x = routed_expert_of(specs[i].name);
+      dense[i] = x < 0;
+      experts[i] = x >= 0 && store.present(i);
+      held += experts[i];
+      EXPECT_EQ(store.present(i), x < 0 || x == 2 || x == 3) << specs[i].name;
+    }
+    ASSERT_GT(held, 0);
+    for (const auto& [member, world] : {std::pair{dense, 4}, std::pair{experts, 2}}) {
+      SCOPED_TRACE(std::string(treatment) + (world == 4 ? ", dense" : ", experts"));
+      const ZeroShards sh(store, world, member);
+      int64_t sum = 0, members = 0;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const auto [rows, cols] = param_rows_cols(specs[i]);
+        int64_t at = 0;
+        for (int r = 0; r < world; ++r) {
+          const auto [r0, r1] = sh.rows(r, i);
+          if (!member[i]) {
+            EXPECT_EQ(r0, r1) << specs[i].name << ": not a member, yet rows on rank " << r;
+            continue;
+          }
+          ASSERT_EQ(r0, at) << specs[i].name;
+          at = r1;
+        }
+        if (member[i]) {
+          EXPECT_EQ(at, rows) << specs[i].name;
+        }
+        members += member[i] ? specs[i].numel() : 0;
+      }
+      for (int r = 0; r < world; ++r) sum += sh.elements(r);
+      EXPECT_EQ(sum, members);
+      // The gradient's segments: the members' ranges, merged where adjacent.
+      std::vector<char> covered(size_t(model.table().total), 0);
+      for (const auto& [b, e] : sh.grad_segments())
+        for (int64_t k = b; k < e; ++k) covered[size_t(k)] = 1;
+      for (size_t i = 0; i < specs.size(); ++i)
+        for (int64_t k = 0; k < specs[i].numel(); ++k)
+          ASSERT_EQ(covered[size_t(specs[i].offset + k)], member[i]) << specs[i].name;
+      const std::vector<int64_t> gb = sh.grad_bounds();
+      for (const auto& [b, e] : sh.grad_segments()) {
+        const std::vector<int64_t> c = clamp_bounds(gb, b, e);
+        EXPECT_EQ(c.front(), 0);
+        EXPECT_EQ(c.back(), e - b);
+      }
+      // The arenas: each member's bytes in one segment, no other parameter's in any; within a
+      // segment, rank r's clamped range holds its rows' bytes.
+      for (ParamArena kind : {ParamArena::Values, ParamArena::Codes, ParamArena::Scales}) {
+        const auto segs = sh.arena_segments(kind);
+        const std::vector<int64_t> ab = sh.arena_bounds(kind);
+        const auto in_segment = [&](int64_t lo, int64_t hi) -> int {
+          for (size_t j = 0; j < segs.size(); ++j)
+            if (segs[j].first <= lo && hi <= segs[j].second) return int(j);
+          return -1;
+        };
+        for (size_t i = 0; i < specs.size(); ++i) {
+          const bool here = store.present(i) &&
+                            (kind == ParamArena::Values ? bool(store.storage(i).value)
+                                                        : store.quantized(i));
+          if (!here) continue;
+          const auto [rows, cols] = param_rows_cols(specs[i]);
+          const auto [lo, hi] = arena_rows(store, kind, i, 0, rows);
+          const int j = in_segment(lo, hi);
+          if (!member[i]) {
+            for (const auto& [b, e] : segs)
+              EXPECT_TRUE(hi <= b || e <= lo) << specs[i].name << ": a non-member in a segment";
+            continue;
+          }
+          ASSERT_GE(j, 0) << specs[i].name << " outside every segment of " << store.arena(kind).name;
+          const auto [sb, se] = segs[size_t(j)];
+          const std::vector<int64_t> c = clamp_bounds(ab, sb, se);
+          for (int r = 0; r < world; ++r) {
+            const auto [r0, r1] = sh.rows(r, i);
+            if (r0 == r1) continue;
+            const auto [rlo, rhi] = arena_rows(store, kind, i, r0, r1);
+            EXPECT_GE(rlo - sb, c[size_t(r)]) << specs[i].name << " rank " << r;
+            EXPECT_LE(rhi - sb, c[size_t(r) + 1]) << specs[i].name << " rank " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ZeRO-1 with expert parallelism in the optimizer: on each of the dp 2 x ep 2 ranks (each its
+// own placement), the moments' checkpoint bounds are the same world-indexed offsets (the
+// gather needs every rank to agree), each rank's range is exactly the bytes of the moments it
+// holds, and the ranks' moments add up to every parameter's once.
+TEST(ZeroShards, ExpertParallelOptimizersAgreeOnTheMomentsBounds) {
+  ModelConfig m = shard_model();
+  m.moe.n_experts = 4;
+  m.moe.top_k = 2;
+  m.moe.expert_hidden = 160;
+  m.moe.expert_act = m.mlp;
+  const int dp = 2, ep = 2, world = dp * ep;
+  std::vector<std::vector<std::vector<int64_t>>> bounds(world);
+  std::vector<std::vector<int64_t>> bytes(world);
+  int64_t elements = 0, total = 0;
+  for (int r = 0; r < world; ++r) {
+    auto be = make_cpu_backend();
+    Transformer model(m, *be, 2, treatment_from_name("fp8-eco-sr"), QuantizeScope::Blocks,
+                      expert_placement(dp, ep, r));
+    Optimizer opt(OptimConfig{}, model, 0, world, r);
+    bounds[size_t(r)] = opt.state_bounds();
+    for (const auto& [name, t] : opt.state()) bytes[size_t(r)].push_back(int64_t(t.bytes()));
+    elements += opt.elements_here();
+    total = model.table().total;
+  }
+  EXPECT_EQ(elements, total) << "the ranks' moments do not add up to every parameter once";
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(bounds[size_t(r)], bounds[0]) << "rank " << r << "'s bounds differ from rank 0's";
+    for (size_t j = 0; j < bounds[0].size(); ++j) {
+      const auto& b = bounds[0][j];
+      ASSERT_EQ(b.size(), size_t(world) + 1) << "state " << j;
+      EXPECT_EQ(b[size_t(r) + 1] - b[size_t(r)], bytes[size_t(r)][j]) << "state " << j << " rank " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace eco
