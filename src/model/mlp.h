@@ -41,6 +41,9 @@ class Mlp {
     double entropy = 0;     // mean over tokens of the router softmax's entropy (nats)
   };
   virtual const MoeStats* moe_stats() const { return nullptr; }
+  // What the layer did that the run's log should say (expert buffers grown), once; empty when
+  // nothing.
+  virtual std::string take_note() { return {}; }
 };
 
 // The MLP's activation of kind k: act (N, H) from fc (N, FC): GELU (FC = H), SwiGLU or GeGLU

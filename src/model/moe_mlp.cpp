@@ -136,15 +136,38 @@ void MoeMlp::plan_segments(const ModelContext& ctx) {
       recv_rows_[size_t(s)] += n;
     }
   ex_rows_ = r;
-  if (r > ex_x_.shape[0]) {
-    const int64_t one = rows_x_.shape[0];  // one source's rows at most: the balanced load
-    usage_error("key 'parallel.ep_row_factor': layer {} routed {} rows to the experts of rank {} "
-                "of its expert-parallel group this step, more than the {} its factor {} allows "
-                "({} rows a source); raise it to at least {:.2f} (at most parallel.ep = {}, "
-                "which always fits) and resume: the factor does not change the training",
-                layer_, r, P.rank, ex_x_.shape[0], P.row_factor, one,
-                std::ceil(100.0 * double(r) / double(one)) / 100.0, P.ep);
-  }
+  if (r > ex_x_.shape[0]) grow_expert_rows(ctx, r);
+}
+
+void MoeMlp::grow_expert_rows(const ModelContext& ctx, int64_t rows) {
+  const ExpertParallel& P = *ctx.ep;
+  const MoeConfig& m = ctx.cfg.moe;
+  const int64_t C = ctx.cfg.d_model, old = ex_x_.shape[0];
+  const int64_t one = rows_x_.shape[0];  // one source's rows at most: the balanced load
+  const int64_t most = int64_t(P.ep) * one;
+  ECO_ASSERT(rows <= most, "layer {}: {} expert rows from {} sources of {}", layer_, rows, P.ep,
+             one);
+  const int64_t n = std::min(most, (std::max(rows, old + old / 4) + 15) / 16 * 16);
+  const DType at = ctx.be.act_dtype(), dt = ctx.be.dtype();
+  auto grown = [&](const char* what, int64_t width, DType dtype, MemCategory cat) {
+    return ctx.be.alloc(fmt::format("h.{}.moe.{} (grown)", layer_, what), {n, width}, dtype, cat);
+  };
+  ex_x_ = grown("ep_rows_in", C, at, MemCategory::Activations);
+  ex_fc_ = grown("ep_rows_fc", m.expert_fc_rows(), at, MemCategory::Activations);
+  ex_act_ = grown("ep_rows_act", m.expert_hidden, at, MemCategory::Activations);
+  ex_y_ = grown("ep_rows_out", C, at, MemCategory::Activations);
+  grown_d_fc_ = grown("d_fc", m.expert_fc_rows(), dt, MemCategory::Workspace);
+  grown_d_act_ = grown("d_act", m.expert_hidden, dt, MemCategory::Workspace);
+  grown_d_rows_ = grown("ep_d_rows", C, dt, MemCategory::Workspace);
+  const int64_t bytes = n * (2 * C + m.expert_fc_rows() + m.expert_hidden) *
+                            int64_t(dtype_size(at)) +
+                        n * (C + m.expert_fc_rows() + m.expert_hidden) * int64_t(dtype_size(dt));
+  note_ = fmt::format(
+      "layer {} routed {} rows to the experts of rank {} of its expert-parallel group, more than "
+      "the {} its buffers held ({} rows a source, parallel.ep_row_factor {}): grew them to {} rows "
+      "({:.1f} MiB more); a factor of {:.2f} would have held them from the start",
+      layer_, rows, P.rank, old, one, P.row_factor > 0 ? P.row_factor : double(P.ep), n,
+      double(bytes) / 1048576.0, std::ceil(100.0 * double(rows) / double(one)) / 100.0);
 }
 
 void MoeMlp::exchange(const ModelContext& ctx, const Tensor& from,
@@ -198,9 +221,13 @@ void MoeMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tens
   if (!ep_) {
     experts_backward(ctx, s.moe_d_rows, s.moe_d_act, s.moe_d_fc);
   } else {  // dL/dy to the experts' owners, dL/dx back
-    exchange(ctx, s.moe_d_rows, send_rows_, s.moe_ep_d_rows, recv_rows_, C);
-    experts_backward(ctx, s.moe_ep_d_rows, s.moe_d_act, s.moe_d_fc);
-    exchange(ctx, s.moe_ep_d_rows, recv_rows_, s.moe_d_rows, send_rows_, C);
+    // (After a growth this layer's own buffers: the shared ones hold the configured rows.)
+    const bool grown = !grown_d_rows_.empty();
+    const Tensor& d_rows = grown ? grown_d_rows_ : s.moe_ep_d_rows;
+    exchange(ctx, s.moe_d_rows, send_rows_, d_rows, recv_rows_, C);
+    experts_backward(ctx, d_rows, grown ? grown_d_act_ : s.moe_d_act,
+                     grown ? grown_d_fc_ : s.moe_d_fc);
+    exchange(ctx, d_rows, recv_rows_, s.moe_d_rows, send_rows_, C);
   }
   be.moe_scatter_add(d_normed, s.moe_d_rows, row_of_slot_, N, C, k);
 

@@ -9,6 +9,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/dense_mlp.h"
@@ -29,6 +30,7 @@ class MoeMlp : public Mlp {
   std::vector<int64_t>* step_loads() override { return &step_routed_; }
   const MoeStats* moe_stats() const override { return &stats_; }
   void reduce_expert_gradients(const ModelContext& ctx) override;
+  std::string take_note() override { return std::exchange(note_, {}); }
 
  private:
   // One expert GEMM pair: `n` rows of ex_x_ from `r0` through expert `expert`, rows that rank
@@ -43,6 +45,11 @@ class MoeMlp : public Mlp {
   // segments_ and ex_rows_ from the last dispatch; under expert parallelism also the row counts
   // to and from each rank of the group (one all_gather of every rank's segment sizes).
   void plan_segments(const ModelContext& ctx);
+  // Expert parallelism: the rows of this rank's experts outgrew their buffers (sized for
+  // parallel.ep_row_factor x a source's rows): new ones of at least `rows` (a quarter more than
+  // before, at most ep x a source's rows, which always fits), and the backward's own; note_ says
+  // so. The old buffers stay allocated (the backend frees nothing before it ends).
+  void grow_expert_rows(const ModelContext& ctx, int64_t rows);
   // all_to_all_v of rows of `width` values: block d of `from` (from_rows[d] rows) to rank d.
   void exchange(const ModelContext& ctx, const Tensor& from, const std::vector<int64_t>& from_rows,
                 const Tensor& to, const std::vector<int64_t>& to_rows, int width);
@@ -74,6 +81,10 @@ class MoeMlp : public Mlp {
   // The rows the experts run on: rows_x_.. without expert parallelism; with it, every source
   // rank's rows of this rank's experts (ep R rows at most), packed by source then expert.
   Tensor ex_x_, ex_fc_, ex_act_, ex_y_;
+  // After a growth (grow_expert_rows): the backward's buffers over ex rows, in place of the
+  // shared ones in BlockScratch (sized for the configured factor); empty before.
+  Tensor grown_d_fc_, grown_d_act_, grown_d_rows_;
+  std::string note_;
   // Expert parallelism (ep_): the local experts [first_, first_ + local_); the row counts of the
   // exchange, to / from each rank of the group; every rank's segment sizes (ep, E); the backward's
   // buffers over ex rows; acc_ (ep, local_, span_): each source rank's gradient of each local

@@ -250,6 +250,13 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   return l;
 }
 
+std::vector<std::string> Transformer::take_notes() {
+  std::vector<std::string> out;
+  for (auto& b : blocks_)
+    if (std::string n = b->mlp().take_note(); !n.empty()) out.push_back(std::move(n));
+  return out;
+}
+
 std::vector<std::vector<int64_t>*> Transformer::step_loads() {
   std::vector<std::vector<int64_t>*> out;
   for (auto& b : blocks_)

@@ -73,6 +73,8 @@ class Transformer {
   // every local expert's gradient = the world's, summed in world rank order (MoeMlp).
   void reduce_expert_gradients();
   const ExpertParallel& expert_parallel() const { return ep_; }
+  // What the layers have to say since the last call (Mlp::take_note), in layer order.
+  std::vector<std::string> take_notes();
   // Every MoE layer's step loads (Mlp::step_loads), in layer order.
   std::vector<std::vector<int64_t>*> step_loads();
   // The MoE layers' router figures of the last forward, summed (aux, z, dropped) or averaged

@@ -365,6 +365,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     }
   }
   if (!overlap_) reduce_gradients();
+  for (const std::string& note : model_->take_notes()) log_.warn("step {}: {}", step + 1, note);
   if (comm_->world() > 1) comm_->all_reduce_sum(&loss_sum, 1);  // in rank order, as the grads
   loss_sum /= cfg_.parallel.world();
   r.loss = loss_sum / tc.grad_accum;
