@@ -203,7 +203,7 @@ struct ParallelConfig {
   // Expert parallelism: the rows a rank's experts can take in a layer, as a multiple of the
   // balanced load (one source's rows); 0: ep, the worst case (every source's rows routed to one
   // rank's experts), which always fits. Less saves activation memory; a step that routes more
-  // rows to a rank stops the run with an error naming this key (it does not change the bits).
+  // rows to a rank grows that layer's buffers there and warns (it does not change the bits).
   double ep_row_factor = 0;
   // Sum each block's gradients while the backward computes the blocks below it (a worker thread
   // runs the collectives; the bits do not depend on it). CPU (host-memory) backends, ep 1. Off by
