@@ -1,6 +1,8 @@
 // Parameter lookups and the family's norms over the Backend interface.
 #include "model/model_context.h"
 
+#include "core/error.h"
+
 namespace eco {
 
 int ModelContext::index(const std::string& name) const { return store.table().index_of(name); }
@@ -8,7 +10,8 @@ int ModelContext::index(const std::string& name) const { return store.table().in
 Tensor ModelContext::g(int i) const {
   if (i < 0) return Tensor{};
   const ParamSpec& s = store.table().specs[size_t(i)];
-  return grads.slice(s.offset, s.shape);
+  ECO_ASSERT(store.present(size_t(i)), "the gradient of '{}', another rank's expert", s.name);
+  return grads.slice(store.grad_offset(size_t(i)), s.shape);
 }
 
 Tensor norm_gain(const ModelContext& ctx, int i, int64_t n, int slot) {

@@ -67,10 +67,10 @@ MoeMlp::MoeMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t
   for (int k = 0; k < local_; ++k) {
     const int x = first_ + k;
     const LinearRef last = proj_[size_t(x)];
-    const ParamSpec& end = specs[size_t(last.bias >= 0 ? last.bias : last.weight)];
-    const int64_t base = specs[size_t(fc_[size_t(x)].weight)].offset;
+    const size_t end = size_t(last.bias >= 0 ? last.bias : last.weight);
+    const int64_t base = ctx.store.grad_offset(size_t(fc_[size_t(x)].weight));
     expert_base_.push_back(base);
-    span_ = end.offset + end.numel() - base;
+    span_ = ctx.store.grad_offset(end) + specs[end].numel() - base;
   }
   acc_ = ws("ep_source_grads", {int64_t(P.ep) * local_ * span_}, dt, MemCategory::Grads);  // zeros
 }
@@ -267,7 +267,8 @@ void MoeMlp::segment_grads(const ModelContext& ctx, LinearRef l, const Segment& 
   for (int i : {l.weight, l.bias}) {
     if (i < 0) continue;
     const ParamSpec& sp = specs[size_t(i)];
-    const int64_t at = (int64_t(g.source) * local_ + k) * span_ + sp.offset - expert_base_[size_t(k)];
+    const int64_t at = (int64_t(g.source) * local_ + k) * span_ +
+                       ctx.store.grad_offset(size_t(i)) - expert_base_[size_t(k)];
     ctx.be.add_inplace(acc_.slice(at, {sp.numel()}), ctx.g(i), sp.numel());
   }
 }

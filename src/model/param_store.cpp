@@ -15,6 +15,10 @@ ParamStore::ParamStore(const ParamTable& table, const Treatment& treatment, Back
   ECO_ASSERT(absent_.empty() || absent_.size() == table.specs.size(),
              "param store: {} absence flags for {} parameters", absent_.size(),
              table.specs.size());
+  for (size_t i = 0; i < table.specs.size(); ++i) {
+    grad_offset_.push_back(present(i) ? grad_total_ : -1);
+    if (present(i)) grad_total_ += table.specs[i].numel();
+  }
   const bool quantizing = treatment_.quantized || treatment_.bf16_weights;
   if (quantizing && be_.dtype() != DType::F32)
     usage_error("precision.treatment '{}' runs in fp32 on this backend, not {}", treatment_.name,

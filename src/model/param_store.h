@@ -86,6 +86,11 @@ class ParamStore {
 
   // Whether this rank holds parameter i (see the constructor's `absent`).
   bool present(size_t i) const { return absent_.empty() || !absent_[i]; }
+  // The flat gradient's layout: the present parameters in table order, each at its grad_offset
+  // (spec.offset when every parameter is present; -1 for an absent one, which has no gradient
+  // here), grad_total() elements in all.
+  int64_t grad_offset(size_t i) const { return grad_offset_[i]; }
+  int64_t grad_total() const { return grad_total_; }
 
   // Every persistent tensor, named, for checkpoints (an absent parameter's are zero-size).
   std::vector<std::pair<std::string, Tensor>> state() const;
@@ -108,6 +113,8 @@ class ParamStore {
   std::vector<std::optional<QTensor>> qt_;
   Tensor scratch_;  // fp32, the largest block linear
   std::vector<char> absent_;  // empty: every parameter present
+  std::vector<int64_t> grad_offset_;
+  int64_t grad_total_ = 0;
 };
 
 }  // namespace eco

@@ -37,28 +37,31 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   const DType dt = be_.dtype(), at = be_.act_dtype();
   const int64_t B = max_batch, T = cfg.seq_len, N = B * T, C = cfg.d_model, NH = cfg.n_head;
   const int64_t H = cfg.mlp_hidden, FC = cfg.fc_rows(), V = cfg.vocab_size;
-  grads_ = be_.alloc("grads", {table_.total}, dt, MemCategory::Grads);
+  grads_ = be_.alloc("grads", {store_.grad_total()}, dt, MemCategory::Grads);
   wte_ = ctx_.index("wte");
   wpe_ = ctx_.index("wpe");
   norm_f_ = {ctx_.index("norm_f.weight"), ctx_.index("norm_f.bias")};
   head_ = cfg.tie_embeddings ? wte_ : ctx_.index("lm_head.weight");
   // Each block's parameters are one run of the table (h.l.*, blocks in order), between the
   // embeddings and the final norm (model/param_table.cpp).
-  // One pass over the table (thousands of layers stay linear): block l's first offset.
+  // One pass over the table (thousands of layers stay linear): block l's first offset in the
+  // flat gradient (an absent expert has none: expert parallelism).
   std::vector<int64_t> block_begin(size_t(cfg.n_layer), -1);
-  for (const ParamSpec& sp : table_.specs) {
-    if (sp.name.rfind("h.", 0) != 0) continue;
+  for (size_t i = 0; i < table_.specs.size(); ++i) {
+    const ParamSpec& sp = table_.specs[i];
+    if (sp.name.rfind("h.", 0) != 0 || !store_.present(i)) continue;
     const size_t l = size_t(std::stoul(sp.name.substr(2)));
     ECO_ASSERT(l < block_begin.size(), "parameter {} of no block", sp.name);
-    if (block_begin[l] < 0 || sp.offset < block_begin[l]) block_begin[l] = sp.offset;
+    const int64_t at = store_.grad_offset(i);
+    if (block_begin[l] < 0 || at < block_begin[l]) block_begin[l] = at;
   }
   grad_ready_bounds_.push_back(0);
   for (int l = 0; l < cfg.n_layer; ++l) {
     ECO_ASSERT(block_begin[size_t(l)] >= 0, "block {} has no parameters", l);
     grad_ready_bounds_.push_back(block_begin[size_t(l)]);
   }
-  grad_ready_bounds_.push_back(table_[std::string("norm_f.weight")].offset);
-  grad_ready_bounds_.push_back(table_.total);
+  grad_ready_bounds_.push_back(store_.grad_offset(size_t(ctx_.index("norm_f.weight"))));
+  grad_ready_bounds_.push_back(store_.grad_total());
   ECO_ASSERT(std::is_sorted(grad_ready_bounds_.begin(), grad_ready_bounds_.end()),
              "the parameter table is not embeddings, blocks in order, final norm, head");
   tokens_ = be_.alloc("tokens", {N}, DType::I32, MemCategory::Workspace);
@@ -149,7 +152,8 @@ float Transformer::embedding_scale() const {
 }
 
 Tensor Transformer::grad(size_t i) const {
-  return grads_.slice(table_.specs[i].offset, table_.specs[i].shape);
+  if (!store_.present(i)) return Tensor{nullptr, {0}, grads_.dtype};
+  return grads_.slice(store_.grad_offset(i), table_.specs[i].shape);
 }
 
 void Transformer::zero_grad() { be_.zero(grads_); }

@@ -37,7 +37,8 @@ class Transformer {
   Backend& backend() { return be_; }
   ParamStore& store() { return store_; }
   const ParamStore& store() const { return store_; }
-  // All gradients as one flat tensor (backend dtype), laid out in table order (spec.offset).
+  // All gradients as one flat tensor (backend dtype): the present parameters in table order, at
+  // store().grad_offset(i) (spec.offset unless expert parallelism leaves experts out).
   const Tensor& grads() const { return grads_; }
   Tensor grad(size_t i) const;
 

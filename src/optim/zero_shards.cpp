@@ -27,9 +27,10 @@ ZeroShards::ZeroShards(const ParamStore& store, int world, std::vector<char> mem
     const auto [rows, cols] = param_rows_cols(s);
     const bool whole = store.quantized(i) && store.storage(i).granularity == Granularity::PerTensor;
     const int64_t step = whole ? rows : kZeroRowBlock;
+    const int64_t at = store.grad_offset(i);  // -1: absent (no gradient here)
     for (int64_t r = 0; r < rows; r += step) {
       const int64_t e = std::min(rows, r + step);
-      pieces_.push_back({i, r, e, s.offset + r * cols, (e - r) * cols});
+      pieces_.push_back({i, r, e, at < 0 ? -1 : at + r * cols, (e - r) * cols});
     }
     total += s.numel();
   }
@@ -57,7 +58,7 @@ int64_t ZeroShards::row_at(int r, size_t i) const {
 }
 
 std::vector<int64_t> ZeroShards::grad_bounds() const {
-  const int64_t total = store_.table().total;
+  const int64_t total = store_.grad_total();
   std::vector<int64_t> b(size_t(world_) + 1, total);
   b[0] = 0;
   for (int r = 1; r < world_; ++r) {

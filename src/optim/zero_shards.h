@@ -35,7 +35,8 @@ constexpr int64_t kZeroRowBlock = 128;
 struct ZeroPiece {
   size_t param = 0;
   int64_t row_begin = 0, row_end = 0;  // rows of the parameter, as a (rows, cols) matrix
-  int64_t offset = 0, length = 0;      // elements of the flat parameter (gradient) buffer
+  // Elements of the flat gradient (ParamStore::grad_offset; -1 for an absent parameter's piece).
+  int64_t offset = 0, length = 0;
 };
 
 // A parameter as a (rows, cols) matrix: a vector is one row.

@@ -59,13 +59,13 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
                                          cfg_.precision.treatment, cfg_.precision.quantize, ep_);
   if (ep_.enabled()) {
     const auto& specs = model_->table().specs;
-    for (const ParamSpec& sp : specs) {
-      if (routed_expert_of(sp.name) >= 0) continue;
-      if (!dense_ranges_.empty() &&
-          dense_ranges_.back().first + dense_ranges_.back().second == sp.offset)
-        dense_ranges_.back().second += sp.numel();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (routed_expert_of(specs[i].name) >= 0) continue;
+      const int64_t at = model_->store().grad_offset(i);
+      if (!dense_ranges_.empty() && dense_ranges_.back().first + dense_ranges_.back().second == at)
+        dense_ranges_.back().second += specs[i].numel();
       else
-        dense_ranges_.emplace_back(sp.offset, sp.numel());
+        dense_ranges_.emplace_back(at, specs[i].numel());
     }
   }
   opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed,

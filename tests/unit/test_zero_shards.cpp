@@ -233,13 +233,21 @@ TEST(ZeroShards, MembersOnlyCutTheirRowsAndSegmentsForEveryGroup) {
       }
       for (int r = 0; r < world; ++r) sum += sh.elements(r);
       EXPECT_EQ(sum, members);
-      // The gradient's segments: the members' ranges, merged where adjacent.
-      std::vector<char> covered(size_t(model.table().total), 0);
+      // The gradient's segments: the members' ranges, merged where adjacent. The flat gradient
+      // holds the present parameters only (the other ranks' experts have no slot here).
+      EXPECT_EQ(store.grad_total(), model.grads().numel());
+      int64_t present = 0;
+      for (size_t i = 0; i < specs.size(); ++i) present += store.present(i) ? specs[i].numel() : 0;
+      EXPECT_EQ(store.grad_total(), present);
+      std::vector<char> covered(size_t(store.grad_total()), 0);
       for (const auto& [b, e] : sh.grad_segments())
         for (int64_t k = b; k < e; ++k) covered[size_t(k)] = 1;
-      for (size_t i = 0; i < specs.size(); ++i)
+      for (size_t i = 0; i < specs.size(); ++i) {
+        if (!store.present(i)) continue;
+        EXPECT_EQ(model.grad(i).data, model.grads().as<float>() + store.grad_offset(i));
         for (int64_t k = 0; k < specs[i].numel(); ++k)
-          ASSERT_EQ(covered[size_t(specs[i].offset + k)], member[i]) << specs[i].name;
+          ASSERT_EQ(covered[size_t(store.grad_offset(i) + k)], member[i]) << specs[i].name;
+      }
       const std::vector<int64_t> gb = sh.grad_bounds();
       for (const auto& [b, e] : sh.grad_segments()) {
         const std::vector<int64_t> c = clamp_bounds(gb, b, e);
