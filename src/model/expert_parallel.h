@@ -22,6 +22,12 @@ struct ExpertParallel {
   Communicator* ep_comm = nullptr;
   Communicator* edp_comm = nullptr;
   double row_factor = 0;  // parallel.ep_row_factor (0: ep)
+  // Whether an owner keeps each source rank's gradient of its experts apart until the step's
+  // end (MoeMlp's source accumulators, E experts' gradients a rank): needed when the fold over
+  // the world has other sources between them (dp > 1) or a source sums micro-batches first
+  // (grad_accum > 1). Otherwise (dp 1, one micro-batch) the sources arrive in fold order and one
+  // running sum of the local experts does.
+  bool keep_sources = true;
 
   // The rows this rank's experts can take in a layer when one source sends at most `rows`:
   // row_factor x rows (ep x rows by default, the worst case), rounded up to whole 16-row tiles.
@@ -39,8 +45,11 @@ struct ExpertParallel {
 
 // The placement of world rank `world_rank` of dp x ep ranks, without its communicators (a
 // plan's, or the trainer's before it splits the groups).
-inline ExpertParallel expert_placement(int dp, int ep, int world_rank, double row_factor = 0) {
-  return ExpertParallel{ep, world_rank % ep, dp, world_rank / ep, nullptr, nullptr, row_factor};
+// grad_accum: the run's micro-batches a step (keep_sources).
+inline ExpertParallel expert_placement(int dp, int ep, int world_rank, double row_factor = 0,
+                                       int grad_accum = 1) {
+  return ExpertParallel{ep,      world_rank % ep, dp,         world_rank / ep,
+                        nullptr, nullptr,         row_factor, dp > 1 || grad_accum > 1};
 }
 
 // The routed expert a parameter belongs to: "h.3.mlp.experts.5.fc.weight" -> 5; -1 for every

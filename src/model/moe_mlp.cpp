@@ -72,7 +72,9 @@ MoeMlp::MoeMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t
     expert_base_.push_back(base);
     span_ = ctx.store.grad_offset(end) + specs[end].numel() - base;
   }
-  acc_ = ws("ep_source_grads", {int64_t(P.ep) * local_ * span_}, dt, MemCategory::Grads);  // zeros
+  sources_ = P.keep_sources ? P.ep : 1;
+  acc_ = ws(P.keep_sources ? "ep_source_grads" : "ep_expert_grads", {sources_ * local_ * span_}, dt,
+            MemCategory::Grads);  // zeros
 }
 
 void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& normed, int N) {
@@ -267,8 +269,9 @@ void MoeMlp::segment_grads(const ModelContext& ctx, LinearRef l, const Segment& 
   for (int i : {l.weight, l.bias}) {
     if (i < 0) continue;
     const ParamSpec& sp = specs[size_t(i)];
-    const int64_t at = (int64_t(g.source) * local_ + k) * span_ +
-                       ctx.store.grad_offset(size_t(i)) - expert_base_[size_t(k)];
+    const int64_t source = sources_ > 1 ? g.source : 0;  // one running sum: sources in order
+    const int64_t at = (source * local_ + k) * span_ + ctx.store.grad_offset(size_t(i)) -
+                       expert_base_[size_t(k)];
     ctx.be.add_inplace(acc_.slice(at, {sp.numel()}), ctx.g(i), sp.numel());
   }
 }
@@ -317,6 +320,17 @@ void MoeMlp::reduce_expert_gradients(const ModelContext& ctx) {
   // accumulators, gathered (dp > 1), are folded in that same order, d then s.
   const ExpertParallel& P = *ctx.ep;
   Backend& be = ctx.be;
+  if (sources_ == 1) {
+    // One running sum, ((0 + g_0) + g_1) + ... in source order (= world order at dp 1), as the
+    // backward added the segments: the gradient is 0 + it (exact: a sum from +0 is never -0).
+    for (int k = 0; k < local_; ++k) {
+      const Tensor g = ctx.grads.slice(expert_base_[size_t(k)], {span_});
+      be.zero(g);
+      be.add_inplace(g, acc_.slice(int64_t(k) * span_, {span_}), span_);
+    }
+    be.zero(acc_);
+    return;
+  }
   if (!be.host_memory()) {  // device memory: the same fp32 fold, on the host
     reduce_expert_gradients_on_host(ctx);
     return;

@@ -89,11 +89,13 @@ class MoeMlp : public Mlp {
   // exchange, to / from each rank of the group; every rank's segment sizes (ep, E); the backward's
   // buffers over ex rows; acc_ (ep, local_, span_): each source rank's gradient of each local
   // expert, summed over the step's micro-batches (a rank of ep 1 would hold exactly that), whose
-  // experts' gradients start at table offsets expert_base_.
+  // experts' gradients start at gradient offsets expert_base_; (1, local_, span_) without
+  // keep_sources: the running sum over the sources, in order.
   bool ep_ = false;
   int first_ = 0, local_ = 0;
   std::vector<int64_t> send_rows_, recv_rows_, seg_rows_;
   Tensor acc_;
+  int64_t sources_ = 1;  // source slots of acc_: ep, or 1 (ExpertParallel::keep_sources false)
   int layer_ = 0;
   int64_t span_ = 0;
   std::vector<int64_t> expert_base_;

@@ -60,7 +60,8 @@ MemoryFit memory_fit(const Config& cfg) {
     // Expert parallelism: rank 0's experts (every rank holds as many).
     Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
                       cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0,
-                                                       cfg.parallel.ep_row_factor));
+                                                       cfg.parallel.ep_row_factor,
+                                                       cfg.train.grad_accum));
     const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.world() : 1;
     Optimizer opt(cfg.optim, model, 0, zero_world, Optimizer::largest_rank(model, zero_world));
     alloc_trainer_buffers(*be, cfg, model);

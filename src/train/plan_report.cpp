@@ -46,7 +46,8 @@ std::string plan_report(const Config& cfg) {
   // Expert parallelism: rank 0's experts (every rank holds as many).
   Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
                     cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0,
-                                                       cfg.parallel.ep_row_factor));
+                                                       cfg.parallel.ep_row_factor,
+                                                       cfg.train.grad_accum));
   // Under ZeRO-1 the plan is the rank with the most rows' moments.
   const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.world() : 1;
   const int plan_rank = Optimizer::largest_rank(model, zero_world);

@@ -51,7 +51,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
     const int r = comm_->rank();
     ep_comm_ = comm_->split(r / par.ep, r % par.ep);
     edp_comm_ = comm_->split(r % par.ep, r / par.ep);
-    ep_ = expert_placement(par.dp, par.ep, r, par.ep_row_factor);
+    ep_ = expert_placement(par.dp, par.ep, r, par.ep_row_factor, cfg_.train.grad_accum);
     ep_.ep_comm = ep_comm_.get();
     ep_.edp_comm = edp_comm_.get();
   }
