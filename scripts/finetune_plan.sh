@@ -5,8 +5,12 @@
 # grad_accum 16 / N: the global batch of 16 sequences stays), and the fewest H200s that hold it
 # (139 GiB usable of the 141 GB: --plan cannot read a GPU's memory on a machine without one).
 # ZeRO-1 divides the moments only: the fp32 gradients (with grad_accum > 1 their accumulator too)
-# and the masters of the *-mw treatments stay whole on every rank. A markdown table on stdout
-# (GiB per GPU); no GPU needed.
+# and the masters of the *-mw treatments stay whole on every rank. Then the same under expert
+# parallelism: ep N ranks (the 64 routed experts split N ways: their weights, masters, gradients
+# and moments), ZeRO-1 for the rest, micro-batch 16 / N and no accumulation (the same global
+# batch; one micro-batch a step lets each owner keep one running sum of its experts' gradients),
+# the expert rows sized for parallel.ep_row_factor 2 (twice the balanced load; a step that routes
+# more grows them). Two markdown tables on stdout (GiB per GPU); no GPU needed.
 #   scripts/finetune_plan.sh [BUILD_DIR]   (default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +22,10 @@ ranks=(1 2 4 8 16)
 # treatment | extra --set | label
 rows=("bf16-mw||bf16-mw" "int4-mw-rtn||int4-mw-rtn / -sr" "int4-naive-rtn||int4-naive-rtn / -sr"
   "int4-eco-sr||int4-eco-rtn / -sr" "int4-eco-sr|optim.state_dtype=bf16|int4-eco-*, bf16 moments")
-plan() {  # treatment, extra set, ranks -> "static_GiB grads_GiB needed_GiB B_per_quantized_param"
+plan() {  # treatment, extra set, ranks[, ep] -> "static_GiB grads_GiB needed_GiB B_per_quantized_param"
   local sets=(--set precision.treatment="$1" --set parallel.dp="$3" --set train.grad_accum=$((16 / $3)))
+  [ "${4:-}" = ep ] && sets=(--set precision.treatment="$1" --set parallel.ep="$3"
+    --set train.grad_accum=1 --set train.batch_size=$((16 / $3)) --set parallel.ep_row_factor=2)
   [ "$3" -gt 1 ] && sets+=(--set parallel.zero=1)
   [ -n "$2" ] && sets+=(--set "$2")
   local out
@@ -51,4 +57,24 @@ for r in "${rows[@]}"; do
     fi
   done
   printf '| %s | %s | %s |%s %s |\n' "$label" "$bpq" "$static1" "$line" "$fewest"
+done
+
+# Expert parallelism (ep N, dp 1, ZeRO-1, micro-batch 16 / N).
+ep_ranks=(2 4 8 16)
+printf '\n| treatment |'
+for n in "${ep_ranks[@]}"; do printf ' GiB per GPU, ep %s |' "$n"; done
+printf ' fewest H200s |\n|---|'
+for _ in "${ep_ranks[@]}"; do printf -- '---|'; done
+printf -- '---|\n'
+for r in "${rows[@]}"; do
+  IFS='|' read -r t set label <<<"$r"
+  line="" fewest="more than ${ep_ranks[-1]}"
+  for n in "${ep_ranks[@]}"; do
+    read -r _ grads need _ < <(plan "$t" "$set" "$n" ep)
+    line+=" $need (grads $grads) |"
+    if [[ $fewest == more* ]] && python3 -c "import sys; sys.exit(0 if $need <= $h200_gib else 1)"; then
+      fewest=$n
+    fi
+  done
+  printf '| %s |%s %s |\n' "$label" "$line" "$fewest"
 done
