@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 
 namespace eco {
 
@@ -22,6 +23,11 @@ struct ExpertParallel {
   Communicator* ep_comm = nullptr;
   Communicator* edp_comm = nullptr;
   double row_factor = 0;  // parallel.ep_row_factor (0: ep)
+  // device: cuda, when every rank can use NCCL (Trainer::start_device_communicator, through
+  // Transformer::set_expert_device_communicators): the same two groups GPU to GPU. ep_device
+  // carries the token exchange; edp_device (dp > 1) the expert gradients. Null: host staging.
+  DeviceCommunicator* ep_device = nullptr;
+  DeviceCommunicator* edp_device = nullptr;
 
   // The rows this rank's experts can take in a layer when one source sends at most `rows`:
   // row_factor x rows (ep x rows by default, the worst case), rounded up to whole 16-row tiles.
@@ -40,7 +46,13 @@ struct ExpertParallel {
 // The placement of world rank `world_rank` of dp x ep ranks, without its communicators (a
 // plan's, or the trainer's before it splits the groups).
 inline ExpertParallel expert_placement(int dp, int ep, int world_rank, double row_factor = 0) {
-  return ExpertParallel{ep, world_rank % ep, dp, world_rank / ep, nullptr, nullptr, row_factor};
+  ExpertParallel p;
+  p.ep = ep;
+  p.rank = world_rank % ep;
+  p.dp = dp;
+  p.group = world_rank / ep;
+  p.row_factor = row_factor;
+  return p;
 }
 
 // The routed expert a parameter belongs to: "h.3.mlp.experts.5.fc.weight" -> 5; -1 for every
