@@ -5,7 +5,11 @@
 //    the rows in rank order (fold_rank_order, collectives.cuh): ((0 + x_0) + x_1) + ...;
 //  - all-gather: one in-place ncclBroadcast per rank in one group (counts may differ);
 //  - all-reduce: a reduce-scatter of equal rank-ordered chunks, then the all-gather of the sums:
-//    the traffic of a ring all-reduce, 2 (w - 1) / w of the buffer per rank, as MpiCommunicator.
+//    the traffic of a ring all-reduce, 2 (w - 1) / w of the buffer per rank, as MpiCommunicator;
+//  - broadcast: ncclBroadcast in place;
+//  - all_to_all_v (expert parallelism's token exchange): one ncclSend / ncclRecv pair per other
+//    rank's non-empty block, bytes (ncclUint8), in one group; the block to self a device copy on
+//    the stream. NCCL's counts are size_t: no rounds.
 // Large buffers go in rounds of at most chunk_ = kNcclRoundElems / world elements per rank chunk,
 // so the receive buffer stays at most 256 MiB. (MpiCommunicator's rounds are 2^26 elements per
 // rank chunk: up to 2^26 elements both cut the same chunks and count the same bytes on each
@@ -113,6 +117,45 @@ class NcclCommunicator final : public DeviceCommunicator {
     bytes_.all_gather += gather(static_cast<char*>(buf), byte_bounds);
   }
 
+  void broadcast(void* buf, int64_t bytes, int root) override {
+    ECO_ASSERT(bytes >= 0 && (buf || bytes == 0) && 0 <= root && root < world_,
+               "broadcast of {} bytes at {} from rank {} of {}", bytes, buf, root, world_);
+    if (bytes == 0) return;
+    ECO_CHECK_NCCL(ncclBroadcast(buf, buf, size_t(bytes), ncclUint8, root, comm_, stream_));
+    if (rank_ == root && world_ > 1) bytes_.broadcast += bytes;
+  }
+
+  void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                    const std::vector<int64_t>& recv_bytes) override {
+    check_blocks(send_bytes, recv_bytes);
+    const size_t ws = size_t(world_), me = size_t(rank_);
+    std::vector<int64_t> send_at(ws + 1, 0), recv_at(ws + 1, 0);  // the blocks' offsets
+    for (size_t p = 0; p < ws; ++p) {
+      send_at[p + 1] = send_at[p] + send_bytes[p];
+      recv_at[p + 1] = recv_at[p] + recv_bytes[p];
+    }
+    ECO_ASSERT((send || send_at[ws] == 0) && (recv || recv_at[ws] == 0),
+               "all_to_all_v of {} bytes from {} into {} bytes at {}", send_at[ws], send,
+               recv_at[ws], recv);
+    const auto* in = static_cast<const char*>(send);
+    auto* out = static_cast<char*>(recv);
+    if (send_bytes[me] > 0)
+      ECO_CHECK_CUDA(cudaMemcpyAsync(out + recv_at[me], in + send_at[me], size_t(send_bytes[me]),
+                                     cudaMemcpyDeviceToDevice, stream_));
+    // Both ranks of a pair skip an empty block alike: their counts agree.
+    ECO_CHECK_NCCL(ncclGroupStart());
+    for (int p = 0; p < world_; ++p) {
+      if (p == rank_) continue;
+      if (const int64_t n = recv_bytes[size_t(p)]; n > 0)
+        ECO_CHECK_NCCL(ncclRecv(out + recv_at[size_t(p)], size_t(n), ncclUint8, p, comm_, stream_));
+      if (const int64_t n = send_bytes[size_t(p)]; n > 0) {
+        ECO_CHECK_NCCL(ncclSend(in + send_at[size_t(p)], size_t(n), ncclUint8, p, comm_, stream_));
+        bytes_.all_to_all += n;
+      }
+    }
+    ECO_CHECK_NCCL(ncclGroupEnd());
+  }
+
  private:
   void check_bounds(const std::vector<int64_t>& b, const void* p, const char* what) const {
     ECO_ASSERT(b.size() == size_t(world_) + 1 && b[0] == 0,
@@ -122,6 +165,22 @@ class NcclCommunicator final : public DeviceCommunicator {
       ECO_ASSERT(b[c] <= b[c + 1], "{}: bounds decrease after rank {}: {} > {}", what, c, b[c],
                  b[c + 1]);
     ECO_ASSERT(p || b.back() == 0, "{}: {} elements at a null pointer", what, b.back());
+  }
+
+  // What dist's check_block_bytes refuses for the host communicators (this library does not link
+  // src/dist): world non-negative counts each way, the block to self the same both ways.
+  void check_blocks(const std::vector<int64_t>& send_bytes,
+                    const std::vector<int64_t>& recv_bytes) const {
+    ECO_ASSERT(send_bytes.size() == size_t(world_) && recv_bytes.size() == size_t(world_),
+               "all_to_all_v: {} send and {} receive counts for a world of {} (one block per rank)",
+               send_bytes.size(), recv_bytes.size(), world_);
+    for (size_t p = 0; p < size_t(world_); ++p)
+      ECO_ASSERT(send_bytes[p] >= 0 && recv_bytes[p] >= 0,
+                 "all_to_all_v: block {} of {} / {} bytes (a block's bytes must be >= 0)", p,
+                 send_bytes[p], recv_bytes[p]);
+    ECO_ASSERT(send_bytes[size_t(rank_)] == recv_bytes[size_t(rank_)],
+               "all_to_all_v: rank {} sends itself {} bytes but expects {}", rank_,
+               send_bytes[size_t(rank_)], recv_bytes[size_t(rank_)]);
   }
 
   // Rank r's chunk [b[r], b[r+1]) of x = the rank-order sum of every rank's, in rounds of at most

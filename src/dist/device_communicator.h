@@ -1,5 +1,6 @@
-// Collectives on device memory (GPU to GPU, no host staging) between the ranks of a run: NCCL
-// for `device: cuda` data parallelism (kernels/cuda/nccl_communicator.cpp). Same determinism
+// Collectives on device memory (GPU to GPU, no host staging) between the ranks of a run or of one
+// of its groups: NCCL for `device: cuda` data parallelism and expert parallelism's token exchange
+// and expert gradients (kernels/cuda/nccl_communicator.cpp). Same determinism
 // contract as the host Communicator (dist/communicator.h): every sum is
 // ((0 + x_0) + x_1) + ... + x_{w-1}, fp32 adds in rank order from +0.0f, whatever algorithm NCCL
 // would pick, so its bits equal MpiCommunicator's (and one rank's accumulation) on the same data.
@@ -36,10 +37,22 @@ class DeviceCommunicator {
   // buf (device bytes): rank r's bytes [byte_bounds[r], byte_bounds[r+1]) reach every rank, in
   // place (byte_bounds as bounds above).
   virtual void all_gather(void* buf, const std::vector<int64_t>& byte_bounds) = 0;
+  // `bytes` of buf (device) from `root` to every rank, in place.
+  virtual void broadcast(void* buf, int64_t bytes, int root) = 0;
+  // Expert parallelism's token exchange on device bytes, with Communicator::all_to_all_v's
+  // contract: `send` holds world blocks packed in rank order, block d (send_bytes[d] bytes) for
+  // rank d; `recv` (not overlapping `send`) receives world blocks packed in rank order, block s
+  // (recv_bytes[s] bytes) from rank s. The counts must agree pairwise (send_bytes[d] on rank s
+  // == recv_bytes[s] on rank d); blocks may be empty. Vectors that are not world non-negative
+  // counts, or a block to self whose two counts differ, are refused (runtime error) before
+  // anything is enqueued.
+  virtual void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                            const std::vector<int64_t>& recv_bytes) = 0;
 
   // Bytes this rank sent, counted as MpiCommunicator counts them: the chunks of the other ranks
   // in a reduce-scatter, its own chunk to each of the w - 1 others in an all-gather (an
-  // all-reduce counts both under all_reduce); 0 in a world of 1.
+  // all-reduce counts both under all_reduce), a broadcast's bytes once on its root, the blocks
+  // to the other ranks in an all_to_all_v; 0 in a world of 1.
   const CommBytes& bytes_sent() const { return bytes_; }
 
  protected:

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dist/communicator.h"
+#include "dist/device_communicator.h"
 
 namespace eco {
 
@@ -28,6 +29,11 @@ struct ExpertParallel {
   // (grad_accum > 1). Otherwise (dp 1, one micro-batch) the sources arrive in fold order and one
   // running sum of the local experts does.
   bool keep_sources = true;
+  // device: cuda, when every rank can use NCCL (Trainer::start_device_communicator, through
+  // Transformer::set_expert_device_communicators): the same two groups GPU to GPU. ep_device
+  // carries the token exchange; edp_device (dp > 1) the expert gradients. Null: host staging.
+  DeviceCommunicator* ep_device = nullptr;
+  DeviceCommunicator* edp_device = nullptr;
 
   // The rows this rank's experts can take in a layer when one source sends at most `rows`:
   // row_factor x rows (ep x rows by default, the worst case), rounded up to whole 16-row tiles.
@@ -48,8 +54,14 @@ struct ExpertParallel {
 // grad_accum: the run's micro-batches a step (keep_sources).
 inline ExpertParallel expert_placement(int dp, int ep, int world_rank, double row_factor = 0,
                                        int grad_accum = 1) {
-  return ExpertParallel{ep,      world_rank % ep, dp,         world_rank / ep,
-                        nullptr, nullptr,         row_factor, dp > 1 || grad_accum > 1};
+  ExpertParallel p;
+  p.ep = ep;
+  p.rank = world_rank % ep;
+  p.dp = dp;
+  p.group = world_rank / ep;
+  p.row_factor = row_factor;
+  p.keep_sources = dp > 1 || grad_accum > 1;
+  return p;
 }
 
 // The routed expert a parameter belongs to: "h.3.mlp.experts.5.fc.weight" -> 5; -1 for every

@@ -33,6 +33,10 @@ class Mlp {
   // Expert parallelism: after the step's micro-batches, the local experts' gradients = every
   // source rank's, summed in world rank order (MoeMlp); the dense MLP has nothing to do.
   virtual void reduce_expert_gradients(const ModelContext& /*ctx*/) {}
+  // Expert parallelism: the elements of this layer's source accumulators (every source rank's
+  // gradient of every local expert, MoeMlp), which reduce_expert_gradients receives from each
+  // other expert-data-parallel rank; 0 without any.
+  virtual int64_t expert_accumulator_elems() const { return 0; }
   // The router's figures of the last forward (MoE layers), else null.
   struct MoeStats {
     std::vector<int64_t> routed;  // (E) slots routed to each expert

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "dist/device_communicator.h"
 
 namespace eco {
 
@@ -184,6 +185,15 @@ void MoeMlp::exchange(const ModelContext& ctx, const Tensor& from,
     ctx.ep->ep_comm->all_to_all_v(from.data, sb, to.data, rb);
     return;
   }
+  if (DeviceCommunicator* dev = ctx.ep->ep_device) {  // GPU to GPU, on the backend's stream
+    dev->all_to_all_v(from.data, sb, to.data, rb);
+    // NCCL waits without a timeout: wait for the rows here, under parallel.timeout_s, where the
+    // host-staged exchange's copies waited for them, so that no later wait of the host (the
+    // next dispatch's histogram, the router sums, the loss) hangs on a rank that stopped.
+    const Communicator::WaitGuard guard(*ctx.ep->ep_comm, "the NCCL token exchange");
+    ctx.be.synchronize();
+    return;
+  }
   // Device memory goes through the host (rows [0, send_rows) of `from`, [0, recv_rows) of `to`).
   host_send_.resize(size_t(send_rows * row_bytes));
   host_recv_.resize(size_t(recv_rows * row_bytes));
@@ -317,7 +327,8 @@ void MoeMlp::reduce_expert_gradients(const ModelContext& ctx) {
   if (!ep_) return;
   // At ep 1 the world's all-reduce gives every expert ((0 + g_0) + g_1) + ... + g_{w-1} over the
   // world's ranks. Here rank (d, s) = d ep + s: the sources of the expert-data-parallel groups'
-  // accumulators, gathered (dp > 1), are folded in that same order, d then s.
+  // accumulators (d = 0 .. dp - 1, each holding sources s = 0 .. ep - 1) are folded in that same
+  // order, d then s, so every element sees the same fp32 additions at every placement.
   const ExpertParallel& P = *ctx.ep;
   Backend& be = ctx.be;
   if (sources_ == 1) {
@@ -331,24 +342,45 @@ void MoeMlp::reduce_expert_gradients(const ModelContext& ctx) {
     be.zero(acc_);
     return;
   }
-  if (!be.host_memory()) {  // device memory: the same fp32 fold, on the host
+  if (!be.host_memory() && P.dp > 1 && !P.edp_device) {  // device memory without NCCL: on the host
     reduce_expert_gradients_on_host(ctx);
     return;
   }
-  Tensor parts = acc_;
-  if (P.dp > 1) {
-    ECO_ASSERT(acc_.dtype == DType::F32, "expert gradients in {}", dtype_name(acc_.dtype));
-    gathered_.resize(size_t(P.dp) * size_t(acc_.numel()));
+  ECO_ASSERT(P.dp == 1 || acc_.dtype == DType::F32, "expert gradients in {}",
+             dtype_name(acc_.dtype));
+  const int64_t n = acc_.numel();
+  for (int k = 0; k < local_; ++k) be.zero(ctx.grads.slice(expert_base_[size_t(k)], {span_}));
+  if (be.host_memory() && P.dp > 1) {  // every group's accumulators at once
+    gathered_.resize(size_t(P.dp) * size_t(n));
     P.edp_comm->all_gather(gathered_.data(), acc_.data, int64_t(acc_.bytes()));
-    parts = Tensor{gathered_.data(), {int64_t(gathered_.size())}, DType::F32};
-  }
-  for (int k = 0; k < local_; ++k) {
-    const Tensor g = ctx.grads.slice(expert_base_[size_t(k)], {span_});
-    be.zero(g);
-    for (int src = 0; src < P.dp * P.ep; ++src)
-      be.add_inplace(g, parts.slice((int64_t(src) * local_ + k) * span_, {span_}), span_);
+    const Tensor all{gathered_.data(), {int64_t(gathered_.size())}, DType::F32};
+    for (int d = 0; d < P.dp; ++d) fold_sources(ctx, all.slice(int64_t(d) * n, {n}));
+  } else {  // this group's alone (dp 1), or each group's in turn GPU to GPU into ctx.ep_part
+    for (int d = 0; d < P.dp; ++d) {
+      Tensor parts = acc_;
+      if (P.dp > 1) {
+        ECO_ASSERT(ctx.ep_part.numel() >= n && ctx.ep_part.dtype == DType::F32,
+                   "expert accumulators of {} elements, a receive buffer of {}", n,
+                   ctx.ep_part.numel());
+        if (d != P.group) parts = ctx.ep_part.slice(0, {n});
+        P.edp_device->broadcast(parts.data, int64_t(acc_.bytes()), d);  // rank d of the group
+      }
+      fold_sources(ctx, parts);
+    }
+    if (P.dp > 1) {  // NCCL waits without a timeout: wait here, under parallel.timeout_s
+      const Communicator::WaitGuard guard(*P.edp_comm, "the NCCL expert-gradient broadcasts");
+      be.synchronize();
+    }
   }
   be.zero(acc_);
+}
+
+void MoeMlp::fold_sources(const ModelContext& ctx, const Tensor& parts) {
+  for (int k = 0; k < local_; ++k) {
+    const Tensor g = ctx.grads.slice(expert_base_[size_t(k)], {span_});
+    for (int s = 0; s < ctx.ep->ep; ++s)
+      ctx.be.add_inplace(g, parts.slice((int64_t(s) * local_ + k) * span_, {span_}), span_);
+  }
 }
 
 void MoeMlp::reduce_expert_gradients_on_host(const ModelContext& ctx) {

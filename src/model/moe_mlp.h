@@ -5,7 +5,8 @@
 // in fixed k order, plus the shared experts (a dense MLP on every token). Forward and backward
 // written out; the load-balance (aux) and z losses enter the backward with the loss scale.
 // Under expert parallelism (model/expert_parallel.h) each expert's rows go to the rank that owns
-// it (all_to_all_v in the expert-parallel group) and come back; see moe_mlp.cpp.
+// it (all_to_all_v in the expert-parallel group: on device memory GPU to GPU when the group has a
+// device communicator, else through the host) and come back; see moe_mlp.cpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -31,6 +32,7 @@ class MoeMlp : public Mlp {
   const MoeStats* moe_stats() const override { return &stats_; }
   void reduce_expert_gradients(const ModelContext& ctx) override;
   std::string take_note() override { return std::exchange(note_, {}); }
+  int64_t expert_accumulator_elems() const override { return acc_.numel(); }
 
  private:
   // One expert GEMM pair: `n` rows of ex_x_ from `r0` through expert `expert`, rows that rank
@@ -99,11 +101,15 @@ class MoeMlp : public Mlp {
   int layer_ = 0;
   int64_t span_ = 0;
   std::vector<int64_t> expert_base_;
-  // Device memory's way through the host: the exchange's rows, this rank's accumulators.
+  // Device memory's way through the host, without device communicators: the exchange's rows,
+  // this rank's accumulators.
   std::vector<char> host_send_, host_recv_;
   std::vector<float> host_acc_;
   void reduce_expert_gradients_on_host(const ModelContext& ctx);
-  std::vector<float> gathered_;         // acc_ of every expert-data-parallel rank (dp > 1)
+  // grads of the local experts += the source accumulators `parts` (ep, local_, span_) of one
+  // expert-data-parallel rank, sources in rank order (Backend::add_inplace).
+  void fold_sources(const ModelContext& ctx, const Tensor& parts);
+  std::vector<float> gathered_;         // host memory: acc_ of every expert-data-parallel rank
   MoeStats stats_;
   std::vector<int64_t> step_routed_;    // loads summed over the step's backward passes
 };

@@ -273,6 +273,19 @@ void Transformer::reduce_expert_gradients() {
   for (auto& b : blocks_) b->mlp().reduce_expert_gradients(ctx_);
 }
 
+void Transformer::set_expert_device_communicators(DeviceCommunicator* ep,
+                                                  DeviceCommunicator* edp) {
+  ECO_ASSERT(ep_.enabled() || (!ep && !edp), "device communicators for expert parallelism at ep {}",
+             ep_.ep);
+  ECO_ASSERT(!be_.host_memory() || (!ep && !edp), "device communicators on a host-memory backend");
+  ep_.ep_device = ep;
+  ep_.edp_device = edp;
+  if (!edp || ep_.dp == 1 || ctx_.ep_part.numel() > 0) return;
+  int64_t largest = 0;
+  for (const auto& b : blocks_) largest = std::max(largest, b->mlp().expert_accumulator_elems());
+  ctx_.ep_part = be_.alloc("moe_ep_part", {largest}, DType::F32, MemCategory::Grads);
+}
+
 void Transformer::after_optimizer_step() {
   for (auto& b : blocks_) b->mlp().after_optimizer_step(ctx_);
 }

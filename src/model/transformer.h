@@ -76,6 +76,12 @@ class Transformer {
   const ExpertParallel& expert_parallel() const { return ep_; }
   // What the layers have to say since the last call (Mlp::take_note), in layer order.
   std::vector<std::string> take_notes();
+  // Expert parallelism on device memory: the expert-parallel and expert-data-parallel groups'
+  // device communicators (ExpertParallel::ep_device, edp_device; null: through the host), which
+  // every MoE layer uses from its next call. With edp_device (dp > 1) this allocates the buffer
+  // the layers receive another group's expert gradients into (ModelContext::ep_part, in the
+  // ledger). Every rank of the run must pass the same kinds.
+  void set_expert_device_communicators(DeviceCommunicator* ep, DeviceCommunicator* edp);
   // Every MoE layer's step loads (Mlp::step_loads), in layer order.
   std::vector<std::vector<int64_t>*> step_loads();
   // The MoE layers' router figures of the last forward, summed (aux, z, dropped) or averaged

@@ -115,11 +115,26 @@ void Trainer::start_device_communicator() {
     device_comm_ = make_nccl_communicator(*comm_, *backend_);
     opt_->set_device_communicator(device_comm_.get());
   }
+  const char* host_why = reason == 2 ? "this build has no NCCL"
+                                     : "ranks share a GPU, which NCCL refuses before 2.30; "
+                                       "NCCL_MULTI_RANK_GPU_ENABLE=1 asks for it";
   log_.info("device collectives: {}",
-            reason == 0   ? "NCCL (GPU to GPU, summed in rank order by our fold kernel)"
-            : reason == 2 ? "through host memory over MPI (this build has no NCCL)"
-                          : "through host memory over MPI (ranks share a GPU, which NCCL refuses "
-                            "before 2.30; NCCL_MULTI_RANK_GPU_ENABLE=1 asks for it)");
+            reason == 0 ? "NCCL (GPU to GPU, summed in rank order by our fold kernel)"
+                        : fmt::format("through host memory over MPI ({})", host_why));
+  if (!ep_.enabled()) return;
+  // Expert parallelism: the two groups GPU to GPU too, built in the same order on every rank
+  // (each NCCL init waits for its group); the expert-data-parallel one only when it has peers
+  // (dp 1: the expert gradients fold on the device with nothing to receive).
+  if (reason == 0) {
+    ep_device_comm_ = make_nccl_communicator(*ep_comm_, *backend_);
+    if (edp_comm_->world() > 1) edp_device_comm_ = make_nccl_communicator(*edp_comm_, *backend_);
+    model_->set_expert_device_communicators(ep_device_comm_.get(), edp_device_comm_.get());
+  }
+  log_.info("expert exchange: {}",
+            reason == 0 ? "NCCL (tokens by ncclSend / ncclRecv in the expert-parallel group, "
+                          "expert gradients broadcast in the expert-data-parallel group and "
+                          "folded in rank order on the GPU)"
+                        : fmt::format("host-staged over MPI ({})", host_why));
 }
 
 double Trainer::evaluate() {

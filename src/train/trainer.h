@@ -109,7 +109,8 @@ class Trainer {
   // The sum over the ranks of [begin, end) of grads() (host memory; the ZeRO-1 reduce-scatter's
   // part of it under zero 1): element by element what reduce_gradients() computes.
   void reduce_grad_range(int64_t begin, int64_t end);
-  // device: cuda with several ranks: NCCL when every rank can use it (device_comm_), logged.
+  // device: cuda with several ranks: NCCL when every rank can use it (device_comm_; under
+  // expert parallelism ep_device_comm_ and edp_device_comm_ for the model too), logged.
   void start_device_communicator();
   // A stop signal seen by any rank (every rank must leave the loop at the same step).
   bool stop_agreed(const StopSignals& stop);
@@ -140,8 +141,9 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Optimizer> opt_;
-  // device: cuda with several ranks, when NCCL can serve them (destroyed before the backend).
-  std::unique_ptr<DeviceCommunicator> device_comm_;
+  // device: cuda with several ranks, when NCCL can serve them (destroyed before the backend);
+  // under expert parallelism also its two groups' (the expert-data-parallel one at dp > 1).
+  std::unique_ptr<DeviceCommunicator> device_comm_, ep_device_comm_, edp_device_comm_;
   std::optional<DataLoader> train_data_, val_data_;
   std::optional<TextSampler> sampler_;
   LossSpikeDetector spikes_;

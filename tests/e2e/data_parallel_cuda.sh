@@ -4,8 +4,10 @@
 # memory in rank order. Skips (77) without mpirun, without MPI or CUDA in the build, or without
 # a GPU: scripts/gpu_check.sh runs it on a GPU machine. ZeRO-1 (zero: 1) on 2 CUDA ranks, its
 # codes and scales all-gathered through host memory, ends byte-identical too, and so does
-# expert parallelism (ep 2, the tokens exchanged through host memory) against dp 2 on a sparse
-# MoE whose every expert GEMM takes the FP8 path (16-row segments).
+# expert parallelism (ep 2) against dp 2 on a sparse MoE whose every expert GEMM takes the FP8
+# path (16-row segments). Where each rank has its own GPU the same runs go GPU to GPU over NCCL
+# (the gradient sums, ZeRO-1's all-gather, the ep run's token exchange); the ep line says which
+# way its tokens went, from the run log.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
@@ -47,4 +49,7 @@ run dp2_moe 2 "${moe[@]}"
   --set parallel.dp=1 --set parallel.ep=2 >ep2_moe.log 2>&1 || { cat ep2_moe.log; fail "ep2_moe: exit $?"; }
 "$CKPT" diff "$WORK/dp2_moe/ckpt_00000010.bin" "$WORK/ep2_moe/ckpt_00000010.bin" >diff_ep.txt ||
   { cat diff_ep.txt; fail "ep 2 on CUDA differs from dp 2"; }
-echo "ok: SMoE fp8-eco-sr on CUDA, ep 2 == dp 2 ($(tail -1 diff_ep.txt))"
+exchange=$(grep -o 'expert exchange: [A-Za-z-]*' ep2_moe.log | head -1 || true)
+[ -n "$exchange" ] || { cat ep2_moe.log; fail "ep2_moe: the log does not say how tokens moved"; }
+echo "ok: SMoE fp8-eco-sr on CUDA, ep 2 == dp 2, tokens ${exchange#expert exchange: }" \
+  "($(tail -1 diff_ep.txt))"

@@ -6,14 +6,17 @@
 //    matched in order, sizes and device-memory bounds checked), worlds 1 to 4, in one round and in
 //    rounds of a few elements: all_reduce_sum is the rank-order fold on every rank (the bits of
 //    MpiCommunicator and LocalCommunicator, 0 + x at world 1), reduce_scatter_sum with ragged and
-//    empty chunks, all_gather with ragged byte ranges, the byte counters as MpiCommunicator
-//    counts them, the receive buffer in the ledger, bounds it refuses.
+//    empty chunks, all_gather with ragged byte ranges, broadcast from every root, all_to_all_v
+//    with uneven and empty blocks (the blocks tests/mpi checks MpiCommunicator's against; at
+//    world 1 LocalCommunicator's result), the byte counters as MpiCommunicator counts them, the
+//    receive buffer in the ledger, bounds and block counts it refuses.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -339,6 +342,121 @@ TEST(EmuNcclCommunicator, AllGatherDeliversEveryRanksBytesInPlace) {
       EXPECT_EQ(res[size_t(r)].sent.total(), res[size_t(r)].sent.all_gather);
     }
   }
+}
+
+TEST(EmuNcclCommunicator, BroadcastDeliversTheRootsBytesInPlace) {
+  for (int w : {1, 2, 3, 4}) {
+    const int64_t n = 13;
+    const auto pattern = [](int root, int64_t j) {
+      return static_cast<unsigned char>(root * 50 + j);
+    };
+    const auto calls = [&](eco::DeviceCommunicator& c, int r, RankResult& o) {
+      for (int root = 0; root < w; ++root) {
+        std::vector<unsigned char> h(size_t(n), 0xEE);  // stale but on the root
+        if (r == root)
+          for (int64_t j = 0; j < n; ++j) h[size_t(j)] = pattern(root, j);
+        ec::DeviceBuffer buf = device_copy(h);
+        c.broadcast(buf.get(), n, root);
+        c.broadcast(buf.get(), 0, root);  // nothing to move
+        const std::vector<unsigned char> got = host_copy<unsigned char>(buf, size_t(n));
+        o.bytes.insert(o.bytes.end(), got.begin(), got.end());
+      }
+    };
+    const auto res = on_every_rank(w, ec::kNcclRoundElems, calls);
+    for (int r = 0; r < w; ++r) {
+      for (int root = 0; root < w; ++root)
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(res[size_t(r)].bytes[size_t(root * n + j)], pattern(root, j))
+              << "world " << w << " rank " << r << " root " << root << " byte " << j;
+      // MpiCommunicator counts a broadcast's bytes on its root: here once per world > 1.
+      EXPECT_EQ(res[size_t(r)].sent.broadcast, w > 1 ? n : 0) << "world " << w << " rank " << r;
+      EXPECT_EQ(res[size_t(r)].sent.total(), res[size_t(r)].sent.broadcast);
+    }
+  }
+}
+
+// all_to_all_v's block from rank s to rank d: (s + 2 d + 1) % 5 bytes (uneven, some empty, rank
+// 3's to itself too), byte j of it 50 s + 10 d + j (tests/mpi/test_communicator.cpp's blocks,
+// which MpiCommunicator delivers, shifted by one so that a world of 1 moves a byte).
+int64_t block_bytes(int s, int d) { return (s + 2 * d + 1) % 5; }
+unsigned char block_byte(int s, int d, int64_t j) {
+  return static_cast<unsigned char>(50 * s + 10 * d + j);
+}
+
+TEST(EmuNcclCommunicator, AllToAllVDeliversEveryBlockInRankOrder) {
+  for (int w : {1, 2, 3, 4}) {
+    const long sends_before = emu::nccl::sends;
+    const auto calls = [&](eco::DeviceCommunicator& c, int r, RankResult& o) {
+      const size_t ws = static_cast<size_t>(w);
+      std::vector<int64_t> send_bytes(ws), recv_bytes(ws);
+      std::vector<unsigned char> send;
+      for (int q = 0; q < w; ++q) {
+        send_bytes[size_t(q)] = block_bytes(r, q);
+        recv_bytes[size_t(q)] = block_bytes(q, r);
+        for (int64_t j = 0; j < block_bytes(r, q); ++j) send.push_back(block_byte(r, q, j));
+      }
+      const int64_t total = std::accumulate(recv_bytes.begin(), recv_bytes.end(), int64_t(0));
+      send.push_back(0);  // (a world of 1 may have nothing to send: cudaMalloc of 0 bytes)
+      ec::DeviceBuffer d_send = device_copy(send);
+      // Twice into the same buffer: one exchange leaks nothing into the next. One guard byte.
+      for (int round = 0; round < 2; ++round) {
+        ec::DeviceBuffer d_recv = device_copy(std::vector<unsigned char>(size_t(total) + 1, 0xEE));
+        c.all_to_all_v(d_send.get(), send_bytes, d_recv.get(), recv_bytes);
+        const std::vector<unsigned char> got = host_copy<unsigned char>(d_recv, size_t(total) + 1);
+        o.bytes.insert(o.bytes.end(), got.begin(), got.end());
+      }
+      if (w == 1) {  // LocalCommunicator's result on the same blocks
+        std::vector<unsigned char> local(size_t(total) + 1, 0xEE);
+        eco::make_local_communicator()->all_to_all_v(send.data(), send_bytes, local.data(),
+                                                     recv_bytes);
+        EXPECT_EQ(std::vector<unsigned char>(o.bytes.begin(), o.bytes.begin() + total + 1), local);
+      }
+    };
+    const auto res = on_every_rank(w, ec::kNcclRoundElems, calls);
+    for (int r = 0; r < w; ++r) {
+      const std::vector<unsigned char>& got = res[size_t(r)].bytes;
+      int64_t total = 0;
+      for (int s = 0; s < w; ++s) total += block_bytes(s, r);
+      ASSERT_EQ(got.size(), size_t(2 * (total + 1)));
+      for (int round = 0; round < 2; ++round) {
+        size_t at = size_t(round * (total + 1));
+        for (int s = 0; s < w; ++s)
+          for (int64_t j = 0; j < block_bytes(s, r); ++j, ++at)
+            ASSERT_EQ(got[at], block_byte(s, r, j)) << "world " << w << " rank " << r << " byte "
+                                                    << j << " of the block from rank " << s;
+        EXPECT_EQ(got[at], 0xEE) << "world " << w << " rank " << r << ": written past the blocks";
+      }
+      // As MpiCommunicator counts: the bytes of the blocks to the other ranks, per exchange.
+      int64_t to_others = 0;
+      for (int d = 0; d < w; ++d)
+        if (d != r) to_others += block_bytes(r, d);
+      EXPECT_EQ(res[size_t(r)].sent.all_to_all, 2 * to_others) << "world " << w << " rank " << r;
+      EXPECT_EQ(res[size_t(r)].sent.total(), res[size_t(r)].sent.all_to_all);
+    }
+    // Empty blocks post nothing: one send per non-empty block to another rank and exchange.
+    long nonempty = 0;
+    for (int s = 0; s < w; ++s)
+      for (int d = 0; d < w; ++d) nonempty += s != d && block_bytes(s, d) > 0;
+    EXPECT_EQ(emu::nccl::sends - sends_before, 2 * nonempty) << "world " << w;
+  }
+}
+
+TEST(EmuNcclCommunicator, AllToAllVRefusesCountsBeforeSendingAnything) {
+  const long groups_before = emu::nccl::groups;
+  on_every_rank(2, ec::kNcclRoundElems, [&](eco::DeviceCommunicator& c, int r, RankResult&) {
+    ec::DeviceBuffer a = device_copy(std::vector<unsigned char>(8, 1));
+    ec::DeviceBuffer b = device_copy(std::vector<unsigned char>(8, 2));
+    const auto refused = [&](std::vector<int64_t> sb, std::vector<int64_t> rb) {
+      EXPECT_THROW(c.all_to_all_v(a.get(), sb, b.get(), rb), eco::Error);
+    };
+    refused({1, 1, 1}, {1, 1});  // one block per rank
+    refused({1, 1}, {1});
+    refused({1, -1}, {1, -1});   // negative
+    std::vector<int64_t> to_self = {1, 1};
+    to_self[size_t(r)] = 2;      // the block to itself: 2 bytes sent, 1 expected
+    refused(to_self, {1, 1});
+  });
+  EXPECT_EQ(emu::nccl::groups, groups_before) << "a refused exchange enqueued a group";
 }
 
 TEST(EmuNcclCommunicator, RefusesBoundsThatDoNotCoverTheWorld) {

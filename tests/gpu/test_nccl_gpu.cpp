@@ -2,7 +2,8 @@
 // make_nccl_communicator, over a LocalCommunicator: world 1) and the rank-order fold kernel
 // (collectives.cu) on the device. World 1 is every call's identity but for the sum's 0 + x (a -0
 // becomes +0, as LocalCommunicator's), with 0 bytes sent; the calls run through NCCL itself
-// (ncclCommInitRank, the group calls, ncclBroadcast) on the backend's stream. Several ranks:
+// (ncclCommInitRank, the group calls, ncclBroadcast) on the backend's stream; all_to_all_v's
+// one block (to itself) is a device copy, a broadcast leaves the bytes as they were. Several ranks:
 // tests/mpi/test_nccl_communicator.cpp (2 GPUs) and tests/emu (an emulated NCCL).
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/device_communicator.h"
 #include "gpu_test.h"
@@ -90,6 +92,33 @@ TEST(GpuNccl, OneRankReduceScatterAndAllGatherAreTheIdentity) {
   comm->all_gather(b.get(), {0, 0});  // nothing to move
   be->synchronize();
   EXPECT_EQ(comm->bytes_sent().total(), 0);
+}
+
+TEST(GpuNccl, OneRankAllToAllVIsADeviceCopyAndBroadcastTheIdentity) {
+  ECO_REQUIRE_NCCL();
+  std::unique_ptr<Backend> be = make_cuda_backend();
+  std::unique_ptr<Communicator> host = make_local_communicator();
+  std::unique_ptr<DeviceCommunicator> comm = make_nccl_communicator(*host, *be);
+  for (size_t n : {size_t(1), size_t(4099), size_t(3) << 20}) {
+    std::vector<unsigned char> bytes(n);
+    for (size_t j = 0; j < n; ++j) bytes[j] = static_cast<unsigned char>(j * 37 + n);
+    cuda::DeviceBuffer send = to_device(bytes);
+    cuda::DeviceBuffer recv(n + 64);
+    poison(recv);  // the 64 bytes past the block must stay poisoned
+    const std::vector<unsigned char> poisoned = to_host<unsigned char>(recv, n + 64);
+    comm->all_to_all_v(send.get(), {int64_t(n)}, recv.get(), {int64_t(n)});
+    be->synchronize();
+    std::vector<unsigned char> want(bytes);
+    want.insert(want.end(), poisoned.end() - 64, poisoned.end());
+    EXPECT_EQ(to_host<unsigned char>(recv, n + 64), want) << "n " << n;
+    comm->broadcast(send.get(), int64_t(n), 0);
+    be->synchronize();
+    EXPECT_EQ(to_host<unsigned char>(send, n), bytes) << "n " << n;
+  }
+  comm->all_to_all_v(nullptr, {0}, nullptr, {0});  // an empty block needs no buffers
+  EXPECT_THROW(comm->all_to_all_v(nullptr, {4}, nullptr, {3}), Error);  // refused, nothing sent
+  be->synchronize();
+  EXPECT_EQ(comm->bytes_sent().total(), 0);  // nothing left the process
 }
 
 TEST(GpuNccl, FoldOnTheDeviceIsTheCpusRankOrderSum) {

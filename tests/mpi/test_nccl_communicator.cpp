@@ -4,7 +4,10 @@
 //  - all_reduce_sum's bits equal MpiCommunicator's on every rank (ragged sizes, and one past a
 //    million elements), and so do the bytes counted;
 //  - reduce_scatter_sum with ragged bounds leaves each rank its chunk of the MPI sum;
-//  - all_gather with ragged byte ranges delivers every rank's bytes.
+//  - all_gather with ragged byte ranges delivers every rank's bytes;
+//  - broadcast from every root delivers the root's bytes;
+//  - all_to_all_v over uneven and empty blocks receives what MpiCommunicator's receives, and
+//    counts the same bytes.
 // (Two terms add the same in either order: the order itself shows at 4 ranks.) It runs only
 // where NCCL can: a GPU per rank, or NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 (earlier
 // NCCL refuses two ranks on one GPU: "Duplicate GPU detected"); otherwise every rank exits 77,
@@ -118,6 +121,50 @@ TEST(NcclCommunicator, AllGatherDeliversEveryRanksBytesInPlace) {
   for (size_t j = 0; j < n; ++j) ASSERT_EQ(got[j], pattern(j)) << "rank " << r << " byte " << j;
   EXPECT_EQ(nccl->bytes_sent().all_gather - before,
             (bounds[size_t(r) + 1] - bounds[size_t(r)]) * (w - 1));
+}
+
+TEST(NcclCommunicator, BroadcastDeliversTheRootsBytes) {
+  const int w = host->world(), r = host->rank();
+  const size_t n = 1001;
+  for (int root = 0; root < w; ++root) {
+    std::vector<unsigned char> h(n, 0xEE);
+    if (r == root)
+      for (size_t j = 0; j < n; ++j) h[j] = static_cast<unsigned char>(j * 37 + root);
+    eco::cuda::DeviceBuffer d = to_device(h);
+    nccl->broadcast(d.get(), int64_t(n), root);
+    const std::vector<unsigned char> got = to_host<unsigned char>(d, n);
+    for (size_t j = 0; j < n; ++j)
+      ASSERT_EQ(got[j], static_cast<unsigned char>(j * 37 + root))
+          << "root " << root << " byte " << j;
+  }
+}
+
+TEST(NcclCommunicator, AllToAllVReceivesWhatMpiCommunicatorReceives) {
+  const int w = host->world(), r = host->rank();
+  // Block s -> d: (s + 2 d + 1) % 5 x 1001 bytes (uneven, some empty), distinct bytes.
+  const auto block = [](int s, int d) { return int64_t((s + 2 * d + 1) % 5) * 1001; };
+  const size_t ws = static_cast<size_t>(w);
+  std::vector<int64_t> send_bytes(ws), recv_bytes(ws);
+  std::vector<unsigned char> send;
+  for (int q = 0; q < w; ++q) {
+    send_bytes[size_t(q)] = block(r, q);
+    recv_bytes[size_t(q)] = block(q, r);
+    for (int64_t j = 0; j < block(r, q); ++j)
+      send.push_back(static_cast<unsigned char>(50 * r + 10 * q + j * 7));
+  }
+  int64_t total = 0;
+  for (int64_t b : recv_bytes) total += b;
+  std::vector<unsigned char> mpi(size_t(total) + 1, 0xEE);
+  send.push_back(0);  // never empty (cudaMalloc)
+  const int64_t mpi_before = host->bytes_sent().all_to_all;
+  host->all_to_all_v(send.data(), send_bytes, mpi.data(), recv_bytes);
+  eco::cuda::DeviceBuffer d_send = to_device(send);
+  eco::cuda::DeviceBuffer d_recv = to_device(std::vector<unsigned char>(size_t(total) + 1, 0xEE));
+  const int64_t nccl_before = nccl->bytes_sent().all_to_all;
+  nccl->all_to_all_v(d_send.get(), send_bytes, d_recv.get(), recv_bytes);
+  EXPECT_EQ(to_host<unsigned char>(d_recv, size_t(total) + 1), mpi) << "rank " << r;
+  EXPECT_EQ(nccl->bytes_sent().all_to_all - nccl_before,
+            host->bytes_sent().all_to_all - mpi_before);
 }
 
 // Why NCCL cannot run this world here, or "" when it can.

@@ -473,8 +473,8 @@ TEST(ConfigParallel, ExpertParallelismNeedsMoeExpertsItDividesOnTheCpu) {
                       {kOrigin, "parallel.ep_row_factor", "[1, parallel.ep = 2]"});
   expect_config_error(base_yaml(moe + "parallel: {ep: 2, ep_row_factor: 0.5}\n"),
                       {kOrigin, "parallel.ep_row_factor"});
-  // device: cuda parses (--plan shows its memory); the trainer refuses to train it (e2e
-  // expert_parallel).
+  // device: cuda parses (--plan shows its memory: e2e expert_parallel; training it: e2e
+  // data_parallel_cuda).
   EXPECT_EQ(parse(base_yaml(moe + "parallel: {ep: 2}\ndevice: cuda\n")).parallel.ep, 2);
 }
 

@@ -1,0 +1,236 @@
+// Expert parallelism on the emulated CUDA backend over the emulated NCCL (shim/nccl.h: the ranks
+// are host threads, one running at a time): a sparse MoE at dp 2 x ep 2 (4 ranks) runs one
+// micro-batch per rank and folds its expert gradients (Transformer::reduce_expert_gradients)
+// twice on the same model: through host memory (MoeMlp's host-staged exchange over the host
+// communicators, the accumulators all-gathered and folded on the host), then GPU to GPU (the
+// groups' NCCL communicators set with Transformer::set_expert_device_communicators: the rows by
+// all_to_all_v, the accumulators broadcast and folded on the device). Every rank's loss and every
+// gradient are the same bits both ways, and each way moved its data where it should (the host
+// communicators' exchanges against NCCL's sends and broadcasts).
+//
+// The host communicators of the test (ThreadGroup) implement what the model asks of them
+// (all_gather, all_to_all_v, broadcast for the NCCL id) between the threads of one group.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <nccl.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/memory_ledger.h"
+#include "data/loader.h"
+#include "dist/communicator.h"
+#include "dist/device_communicator.h"
+#include "kernels/cuda/nccl_communicator.h"
+#include "model/backend.h"
+#include "model/expert_parallel.h"
+#include "model/transformer.h"
+
+namespace eco {
+namespace {
+
+// The collectives of one group so far: call k -> each rank's bytes (and all_to_all_v's counts).
+struct GroupBoard {
+  struct Call {
+    std::vector<std::vector<unsigned char>> data;
+    std::vector<std::vector<int64_t>> counts;
+    int posted = 0;
+  };
+  std::map<int64_t, Call> calls;
+};
+
+class ThreadGroup final : public Communicator {
+ public:
+  ThreadGroup(int rank, int world, GroupBoard& board) : rank_(rank), world_(world), board_(board) {}
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  std::string name() const override { return "threads"; }
+
+  void broadcast(void* data, int64_t bytes, int root) override {
+    const GroupBoard::Call& c = post(rank_ == root ? data : nullptr, rank_ == root ? bytes : 0, {});
+    if (rank_ != root) std::memcpy(data, c.data[size_t(root)].data(), size_t(bytes));
+  }
+  void all_gather(void* out, const void* in, int64_t bytes) override {
+    const GroupBoard::Call& c = post(in, bytes, {});
+    for (int q = 0; q < world_; ++q)
+      std::memcpy(static_cast<char*>(out) + q * bytes, c.data[size_t(q)].data(), size_t(bytes));
+    bytes_.all_gather += bytes;
+    ++all_gathers;
+  }
+  void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                    const std::vector<int64_t>& recv_bytes) override {
+    check_block_bytes(send_bytes, recv_bytes, world_, rank_);
+    int64_t total = 0;
+    for (int64_t b : send_bytes) total += b;
+    const GroupBoard::Call& c = post(send, total, send_bytes);
+    auto* out = static_cast<char*>(recv);
+    for (int s = 0; s < world_; ++s) {  // rank s's block for this rank, after its blocks before
+      const std::vector<int64_t>& sb = c.counts[size_t(s)];
+      int64_t at = 0;
+      for (int d = 0; d < rank_; ++d) at += sb[size_t(d)];
+      if (sb[size_t(rank_)] != recv_bytes[size_t(s)])
+        emu::nccl::fail("all_to_all_v: counts disagree between ranks");
+      std::memcpy(out, c.data[size_t(s)].data() + at, size_t(recv_bytes[size_t(s)]));
+      out += recv_bytes[size_t(s)];
+      if (s != rank_) bytes_.all_to_all += send_bytes[size_t(s)];
+    }
+    ++all_to_alls;
+  }
+  void all_reduce_sum(float*, int64_t) override { unused(); }
+  void all_reduce_sum(double*, int64_t) override { unused(); }
+  void all_reduce_sum(int64_t*, int64_t) override { unused(); }
+  void all_reduce_max(double*, int64_t) override { unused(); }
+  void reduce_scatter_sum(float*, const std::vector<int64_t>&) override { unused(); }
+  void all_gather(void*, const std::vector<int64_t>&) override { unused(); }
+  void gather(void*, const std::vector<int64_t>&, int) override { unused(); }
+  std::unique_ptr<Communicator> split(int, int) override { unused(); }
+  void barrier() override { unused(); }
+  [[noreturn]] void abort(int) override { unused(); }
+
+  long all_gathers = 0, all_to_alls = 0;
+
+ private:
+  [[noreturn]] static void unused() { emu::nccl::fail("the model asked the group for more"); }
+  // Posts this rank's bytes for the group's next call and waits for every rank's.
+  const GroupBoard::Call& post(const void* p, int64_t bytes, const std::vector<int64_t>& counts) {
+    GroupBoard::Call& c = board_.calls[calls_++];
+    if (c.data.empty()) {
+      c.data.resize(size_t(world_));
+      c.counts.resize(size_t(world_));
+    }
+    const auto* b = static_cast<const unsigned char*>(p);
+    if (bytes > 0) c.data[size_t(rank_)].assign(b, b + bytes);
+    c.counts[size_t(rank_)] = counts;
+    ++c.posted;
+    emu::nccl::notify();
+    emu::nccl::wait_until([&] { return c.posted == world_; }, "a host collective of the group");
+    return c;
+  }
+  int rank_, world_;
+  GroupBoard& board_;
+  int64_t calls_ = 0;
+};
+
+// One rank's view after its micro-batch and the expert fold.
+struct RankResult {
+  double loss = 0;
+  std::vector<float> grads;
+  long host_exchanges = 0, host_gathers = 0;  // all_to_all_v on ep_comm, all_gather on edp_comm
+};
+
+// A gpt2 SMoE of one layer, 4 experts of hidden 32, top-2, experts quantized to FP8 (the expert
+// GEMMs on 16-row segments, as tests/e2e/data_parallel_cuda.sh's ep run); a micro-batch of 16
+// tokens a rank (one rank's forward + backward takes seconds here).
+Config smoe() {
+  return parse_config(
+      "model: {family: gpt2, n_layer: 1, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16,\n"
+      "  moe: {n_experts: 4, top_k: 2, expert_hidden: 32,\n"
+      "        aux_loss_coef: 0.01, z_loss_coef: 0.001}}\n"
+      "data: {source: synthetic}\n"
+      "train: {batch_size: 1, max_steps: 1}\n"
+      "precision: {treatment: fp8-eco-sr, quantize: experts}\n",
+      "test_expert_parallel_nccl");
+}
+
+// Every rank of dp x ep: forward + backward of its own micro-batch (batch index = world rank),
+// then the expert fold, twice on the same model: host-staged ([0]), then with the groups' NCCL
+// communicators set on the model ([1]).
+std::vector<std::array<RankResult, 2>> run_world(int dp, int ep) {
+  const Config c = smoe();
+  const int world = dp * ep, B = c.train.batch_size, T = c.model.seq_len;
+  std::vector<GroupBoard> ep_boards(static_cast<size_t>(dp)), edp_boards(static_cast<size_t>(ep));
+  std::vector<std::array<RankResult, 2>> out(static_cast<size_t>(world));
+  std::vector<std::string> errors;
+  emu::nccl::run_ranks(
+      world,
+      [&](int r) {
+        ThreadGroup ep_comm(r % ep, ep, ep_boards[size_t(r / ep)]);
+        ThreadGroup edp_comm(r / ep, dp, edp_boards[size_t(r % ep)]);
+        ExpertParallel P = expert_placement(dp, ep, r);
+        P.ep_comm = &ep_comm;
+        P.edp_comm = &edp_comm;
+        std::unique_ptr<Backend> be = make_cuda_backend();
+        Transformer model(c.model, *be, B, c.precision.treatment, c.precision.quantize, P);
+        model.init_weights(c.train.seed);
+        const DataLoader data =
+            DataLoader::synthetic(0, LoaderOptions{B, T, c.model.vocab_size, c.train.seed, false});
+        std::vector<int32_t> in(size_t(B) * size_t(T)), tgt(in.size());
+        data.batch(r, in.data(), tgt.data());
+        const auto step = [&](RankResult& o) {
+          const long exchanges = ep_comm.all_to_alls, gathers = edp_comm.all_gathers;
+          model.zero_grad();
+          o.loss = model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
+          model.reduce_expert_gradients();
+          o.grads.resize(size_t(model.grads().numel()));
+          be->copy_to_host(o.grads.data(), model.grads());
+          o.host_exchanges = ep_comm.all_to_alls - exchanges;
+          o.host_gathers = edp_comm.all_gathers - gathers;
+        };
+        step(out[size_t(r)][0]);
+        // In the trainer's order: the expert-parallel group's, then (dp > 1) the other's. (The
+        // emulator's streams are synchronous: any stream is the backend's.)
+        MemoryLedger ledger;
+        cudaStream_t stream = nullptr;
+        ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+        std::unique_ptr<DeviceCommunicator> ep_dev = cuda::make_nccl_communicator(ep_comm, stream,
+                                                                                  ledger);
+        std::unique_ptr<DeviceCommunicator> edp_dev;
+        if (dp > 1) edp_dev = cuda::make_nccl_communicator(edp_comm, stream, ledger);
+        model.set_expert_device_communicators(ep_dev.get(), edp_dev.get());
+        step(out[size_t(r)][1]);
+        model.set_expert_device_communicators(nullptr, nullptr);
+        ep_dev.reset();
+        edp_dev.reset();
+        cudaStreamDestroy(stream);
+      },
+      &errors);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+  return out;
+}
+
+TEST(EmuExpertParallel, NcclExchangeAndFoldGiveTheHostStagedBitsAtDp2Ep2) {
+  const int dp = 2, ep = 2;
+  const long sends = emu::nccl::sends, broadcasts = emu::nccl::broadcasts;
+  const std::vector<std::array<RankResult, 2>> res = run_world(dp, ep);
+  const long nccl_sends = emu::nccl::sends - sends;
+  const long nccl_broadcasts = emu::nccl::broadcasts - broadcasts;
+  for (int r = 0; r < dp * ep; ++r) {
+    const RankResult &h = res[size_t(r)][0], &d = res[size_t(r)][1];
+    // The host-staged way: the exchanges of the forward and backward (2 each, one MoE layer)
+    // and one all-gather of the accumulators; the NCCL way none of them.
+    EXPECT_EQ(h.host_exchanges, 4) << "rank " << r;
+    EXPECT_EQ(h.host_gathers, 1) << "rank " << r;
+    EXPECT_EQ(d.host_exchanges, 0) << "rank " << r;
+    EXPECT_EQ(d.host_gathers, 0) << "rank " << r;
+    EXPECT_EQ(std::memcmp(&h.loss, &d.loss, sizeof h.loss), 0)
+        << "rank " << r << ": loss " << h.loss << " host-staged, " << d.loss << " over NCCL";
+    ASSERT_EQ(h.grads.size(), d.grads.size());
+    int64_t differ = 0, first = -1, nonzero = 0;
+    for (size_t i = 0; i < h.grads.size(); ++i) {
+      nonzero += h.grads[i] != 0.0f;
+      if (std::memcmp(&h.grads[i], &d.grads[i], sizeof(float)) != 0 && differ++ == 0)
+        first = int64_t(i);
+    }
+    EXPECT_EQ(differ, 0) << "rank " << r << ": first differing gradient " << first << " of "
+                         << h.grads.size();
+    EXPECT_GT(nonzero, int64_t(h.grads.size()) / 4) << "rank " << r << ": gradients missing";
+  }
+  // Rows went both ways between the two ranks of each group (a rank's own rows are copies) and
+  // every rank broadcast its accumulators to the other of its expert-data-parallel pair.
+  EXPECT_GT(nccl_sends, 0);
+  EXPECT_EQ(nccl_broadcasts, long(dp * ep) * dp) << "one broadcast per rank and source group";
+  std::printf("[   emu    ] smoe dp %d x ep %d: losses %.6f %.6f %.6f %.6f, the same bits "
+              "host-staged and over NCCL (%ld sends, %ld broadcasts)\n",
+              dp, ep, res[0][1].loss, res[1][1].loss, res[2][1].loss, res[3][1].loss, nccl_sends,
+              nccl_broadcasts);
+}
+
+}  // namespace
+}  // namespace eco
