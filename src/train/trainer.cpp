@@ -591,13 +591,15 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
   if (!p.moe.is_null()) summary["moe"] = p.moe;
   if (comm_->world() > 1) {  // rank 0's traffic (every rank sends the same amounts)
     CommBytes b = comm_->bytes_sent();  // host and device collectives together
-    if (device_comm_) {
-      const CommBytes& d = device_comm_->bytes_sent();
+    for (const auto* dc : {&device_comm_, &ep_device_comm_, &edp_device_comm_}) {
+      if (!*dc) continue;  // (the expert groups' NCCL communicators: expert parallelism)
+      const CommBytes& d = (*dc)->bytes_sent();
       b.all_reduce += d.all_reduce;
       b.reduce_scatter += d.reduce_scatter;
       b.all_gather += d.all_gather;
       b.gather += d.gather;
       b.broadcast += d.broadcast;
+      b.all_to_all += d.all_to_all;
     }
     for (const Communicator* c : {ep_comm_.get(), edp_comm_.get()}) {  // expert parallelism
       if (!c) continue;
