@@ -1,9 +1,11 @@
 // Host emulation of the CUDA runtime pieces the kernels use (tests/emu; not CUDA, no GPU).
 // A launch runs its blocks one after another (grid x fastest, then y, then z; or reversed, to
-// expose inter-block order dependences), each block on one host thread per CUDA thread with a
-// real block barrier (__syncthreads) and real per-warp exchanges (__shfl_*_sync). Kernels free
-// of barriers and shuffles may run "sequential": every CUDA thread in turn on the calling host
-// thread (a barrier or shuffle in that mode aborts). Exited threads drop out of the block
+// expose inter-block order dependences), each block's CUDA threads as fibers on the launching
+// host thread (emu_fibers.h: in thread index order, each running until it returns or waits),
+// with a real block barrier (__syncthreads) and real per-warp exchanges (__shfl_*_sync). A
+// barrier that some threads wait at and the others can never reach aborts, naming it. Kernels
+// free of barriers and shuffles may run "sequential": every CUDA thread in turn on the calling
+// host thread (a barrier or shuffle in that mode aborts). Exited threads drop out of the block
 // barrier, as on the GPU; a shuffle that reads an exited lane aborts. Device memory is host
 // memory. The include directory holding this file comes first, so it replaces the real header.
 #pragma once
@@ -13,22 +15,23 @@
 #define ECO_CUDA_EMU 1
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
-#include <thread>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "emu_fibers.h"
 
 #define __global__
 #define __device__
@@ -88,118 +91,192 @@ inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); retu
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 
 namespace emu {
-inline thread_local uint3 tIdx, bIdx;
-inline thread_local dim3 bDim, gDim;
-inline thread_local bool sequential_thread = false;  // this host thread runs a sequential launch
-inline thread_local uint32_t syncthreads_passed = 0;  // in this block (emu_ptx.h's race check)
+namespace ptx {  // cp.async's queue of one thread (emu_ptx.h)
+struct AsyncCopy {
+  unsigned char* dst;
+  const unsigned char* src;
+  int bytes, src_bytes;
+};
+struct AsyncCopies {
+  std::vector<AsyncCopy> uncommitted;
+  std::deque<std::vector<AsyncCopy>> groups;  // committed, oldest first
+};
+}  // namespace ptx
 
-struct Block {  // state of the block being run (one block at a time)
+// What one CUDA thread has of its own. The running one is *self: a fiber's (set when it starts,
+// restored after each wait: wait_at) or a sequential launch's; null outside kernels.
+struct CudaThread {
+  uint3 tIdx{}, bIdx{};
+  dim3 bDim, gDim;
+  bool sequential = false;          // runs in a sequential launch
+  uint32_t syncthreads_passed = 0;  // in this block (emu_ptx.h's race check)
+  uint32_t collective_seq = 0;      // this lane's warp collectives in the block (emu_ptx.h)
+  ptx::AsyncCopies async_copies;    // cp.async copies in flight (emu_ptx.h)
+};
+inline thread_local CudaThread* self = nullptr;
+
+struct Block {  // state of the block being run (one block at a time, one launch at a time)
   unsigned n = 0;
-  std::optional<std::barrier<>> bar;
-  std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-  uint64_t vals[32][32];          // shuffle exchange, [warp][lane]
-  std::atomic<bool> exited[1024];  // per linear thread id
-  std::atomic<bool> any_exited{false};
+  fiber::Barrier bar;
+  std::vector<fiber::Barrier> warp_bars;
+  uint64_t vals[32][32];  // shuffle exchange, [warp][lane]
+  bool exited[1024];      // per linear thread id
+  bool any_exited = false;
   unsigned char* smem = nullptr;  // dynamic shared memory (emu_ptx.h), smem_bytes of it
   size_t smem_bytes = 0;
 };
 inline Block* block = nullptr;
+// A block launch in progress: the block state above is the process's, so a second launch at the
+// same time (from another host thread, or from inside a kernel) aborts.
+inline std::atomic<bool> block_launch_running{false};
 
 // Settings of the next launches (set by the tests).
 inline bool sequential = false;      // run the next launches sequentially (no barrier allowed)
 inline bool reverse_blocks = false;  // run blocks in reverse order
 inline long launches = 0;
-// __syncthreads reached while a thread of the block had exited (a flag for debugging, racy)
+// __syncthreads reached while a thread of the block had exited (a flag for debugging)
 inline std::atomic<long> syncs_after_exit{0};
 
-inline int linear_tid() { return int(tIdx.x + tIdx.y * bDim.x + tIdx.z * bDim.x * bDim.y); }
+inline int linear_tid() {
+  return int(self->tIdx.x + self->tIdx.y * self->bDim.x +
+             self->tIdx.z * self->bDim.x * self->bDim.y);
+}
 [[noreturn]] inline void die(const char* what) {
-  std::fprintf(stderr, "EMU ERROR: %s (block %u,%u,%u thread %u,%u,%u)\n", what, bIdx.x, bIdx.y,
-               bIdx.z, tIdx.x, tIdx.y, tIdx.z);
+  if (self)
+    std::fprintf(stderr, "EMU ERROR: %s (block %u,%u,%u thread %u,%u,%u)\n", what, self->bIdx.x,
+                 self->bIdx.y, self->bIdx.z, self->tIdx.x, self->tIdx.y, self->tIdx.z);
+  else
+    std::fprintf(stderr, "EMU ERROR: %s\n", what);
   std::fflush(stderr);
   std::abort();
 }
 
+// Arrives at barrier b and waits for the phase to complete, the block's other fibers running
+// meanwhile (op: the operation waiting, for a deadlock's message).
+inline void wait_at(fiber::Barrier& b, const char* op) {
+  CudaThread* const me = self;
+  b.arrive_and_wait(op);
+  self = me;
+}
+
 // Every lane of the warp deposits its value, then reads lane `src`'s.
 template <class T>
-T exchange(T v, int src, bool keep_own) {
+T exchange(T v, int src, bool keep_own, const char* op) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
-  if (sequential_thread) die("warp shuffle in a sequential launch");
+  if (self->sequential) die("warp shuffle in a sequential launch");
   const int t = linear_tid(), w = t >> 5, l = t & 31;
   Block& b = *block;
-  auto& bar = *b.warp_bars[size_t(w)];
+  fiber::Barrier& bar = b.warp_bars[size_t(w)];
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   b.vals[w][l] = bits;
-  bar.arrive_and_wait();
+  wait_at(bar, op);
   T r = v;
   if (!keep_own) {
     const int lanes = int(std::min<unsigned>(32u, b.n - unsigned(w) * 32u));
     if (src >= lanes) die("shuffle source lane outside the block");
-    if (b.exited[w * 32 + src].load()) die("shuffle reads a lane that has exited");
+    if (b.exited[w * 32 + src]) die("shuffle reads a lane that has exited");
     const uint64_t rb = b.vals[w][src];
     std::memcpy(&r, &rb, sizeof(T));
   }
-  bar.arrive_and_wait();
+  wait_at(bar, op);
   return r;
 }
 }  // namespace emu
 
-#define threadIdx (emu::tIdx)
-#define blockIdx (emu::bIdx)
-#define blockDim (emu::bDim)
-#define gridDim (emu::gDim)
+#define threadIdx (emu::self->tIdx)
+#define blockIdx (emu::self->bIdx)
+#define blockDim (emu::self->bDim)
+#define gridDim (emu::self->gDim)
 
 inline void __syncthreads() {
-  if (emu::sequential_thread) emu::die("__syncthreads in a sequential launch");
-  if (emu::block->any_exited.load()) ++emu::syncs_after_exit;  // racy counter; a flag only
-  emu::block->bar->arrive_and_wait();
-  ++emu::syncthreads_passed;
+  if (emu::self->sequential) emu::die("__syncthreads in a sequential launch");
+  if (emu::block->any_exited) ++emu::syncs_after_exit;
+  emu::wait_at(emu::block->bar, "__syncthreads");
+  ++emu::self->syncthreads_passed;
 }
 inline void __syncwarp(unsigned = 0xffffffffu) {
-  if (emu::sequential_thread) emu::die("__syncwarp in a sequential launch");
+  if (emu::self->sequential) emu::die("__syncwarp in a sequential launch");
   const int w = emu::linear_tid() >> 5;
-  emu::block->warp_bars[size_t(w)]->arrive_and_wait();
+  emu::wait_at(emu::block->warp_bars[size_t(w)], "__syncwarp");
 }
 template <class T>
 T __shfl_xor_sync(unsigned mask, T v, int o, int width = 32) {
   if (mask != 0xffffffffu || width != 32) emu::die("only full-warp shuffles are emulated");
-  return emu::exchange(v, (emu::linear_tid() & 31) ^ o, false);
+  return emu::exchange(v, (emu::linear_tid() & 31) ^ o, false, "__shfl_xor_sync");
 }
 template <class T>
 T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
   if (mask != 0xffffffffu || width != 32) emu::die("only full-warp shuffles are emulated");
-  return emu::exchange(v, src & 31, false);
+  return emu::exchange(v, src & 31, false, "__shfl_sync");
 }
 template <class T>
 T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
   if (mask != 0xffffffffu || width != 32) emu::die("only full-warp shuffles are emulated");
   const int l = emu::linear_tid() & 31;
-  return emu::exchange(v, l + int(d) < 32 ? l + int(d) : l, l + int(d) >= 32);
+  return emu::exchange(v, l + int(d) < 32 ? l + int(d) : l, l + int(d) >= 32, "__shfl_down_sync");
 }
 [[noreturn]] inline void __trap() { emu::die("__trap"); }
 // __ballot_sync: every lane deposits its predicate, each gets the mask of the true ones (full
 // warps only: a full mask over a partial warp names lanes that do not exist).
 inline unsigned __ballot_sync(unsigned mask, int pred) {
   if (mask != 0xffffffffu) emu::die("only full-warp ballots are emulated");
-  if (emu::sequential_thread) emu::die("warp ballot in a sequential launch");
+  if (emu::self->sequential) emu::die("warp ballot in a sequential launch");
   const int t = emu::linear_tid(), w = t >> 5, l = t & 31;
   emu::Block& b = *emu::block;
   if (b.n < unsigned(w + 1) * 32u) emu::die("full-mask ballot in a partial warp");
-  auto& bar = *b.warp_bars[size_t(w)];
+  emu::fiber::Barrier& bar = b.warp_bars[size_t(w)];
   b.vals[w][l] = pred != 0;
-  bar.arrive_and_wait();
+  emu::wait_at(bar, "__ballot_sync");
   unsigned m = 0;
   for (int s = 0; s < 32; ++s) {
-    if (b.exited[w * 32 + s].load()) emu::die("ballot over a lane that has exited");
+    if (b.exited[w * 32 + s]) emu::die("ballot over a lane that has exited");
     if (b.vals[w][s]) m |= 1u << s;
   }
-  bar.arrive_and_wait();
+  emu::wait_at(bar, "__ballot_sync");
   return m;
 }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 
 #include "emu_ptx.h"  // dynamic shared memory, inline PTX
+
+namespace emu {
+// No fiber of the block can go on while some wait (a barrier they wait at is one the others
+// never reach): names each barrier and operation waited in, with its first thread.
+[[noreturn]] inline void die_deadlocked(const std::vector<CudaThread>& threads) {
+  std::string msg = "deadlock, no thread of the block can go on:";
+  std::vector<bool> told(threads.size(), false);
+  for (size_t i = 0; i < threads.size(); ++i) {
+    const fiber::Wait w = fiber::waiting_at(unsigned(i));
+    if (!w.barrier || told[i]) continue;
+    unsigned count = 0;
+    for (size_t j = i; j < threads.size(); ++j) {
+      const fiber::Wait o = fiber::waiting_at(unsigned(j));
+      if (o.barrier == w.barrier && std::strcmp(o.op, w.op) == 0) {
+        told[j] = true;
+        ++count;
+      }
+    }
+    const std::string where =
+        w.barrier == &block->bar
+            ? std::string("the block barrier")
+            : "warp " + std::to_string(w.barrier - block->warp_bars.data()) + "'s barrier";
+    const uint3 t = threads[i].tIdx;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  " %u wait%s in %s at %s (%u of %u arrived; thread %u,%u,%u first);", count,
+                  count == 1 ? "s" : "", w.op, where.c_str(), w.barrier->arrived(),
+                  w.barrier->expected(), t.x, t.y, t.z);
+    msg += line;
+  }
+  msg.back() = ' ';
+  const uint3 bi = threads[0].bIdx;
+  msg += "(block " + std::to_string(bi.x) + "," + std::to_string(bi.y) + "," +
+         std::to_string(bi.z) + ")";
+  self = nullptr;
+  die(msg.c_str());
+}
+}  // namespace emu
 
 // The transform turns kernel<<<grid, block>>>(args) into
 // emu_launch(grid, block, [&](auto&&... a) { kernel(a...); }, args): the arguments are copied
@@ -208,7 +285,8 @@ inline int __ffs(int x) { return __builtin_ffs(x); }
 // emu_launch_smem: the same with smem bytes of dynamic shared memory per block.
 template <class K, class... A>
 void emu_launch_smem(dim3 grid, dim3 block, size_t smem, K kernel, A&&... a) {
-  const std::tuple<std::decay_t<A>...> args(std::forward<A>(a)...);
+  using Args = std::tuple<std::decay_t<A>...>;
+  const Args args(std::forward<A>(a)...);
   ++emu::launches;
   const unsigned n = block.x * block.y * block.z;
   if (n == 0 || n > 1024) emu::die("block size must be 1..1024");
@@ -221,24 +299,29 @@ void emu_launch_smem(dim3 grid, dim3 block, size_t smem, K kernel, A&&... a) {
     return uint3{unsigned(k % grid.x), unsigned(k / grid.x % grid.y),
                  unsigned(k / (uint64_t(grid.x) * grid.y))};
   };
+  if (emu::self) emu::die("a launch from inside a kernel");
   if (emu::sequential) {
     if (smem) emu::die("dynamic shared memory in a sequential launch");
-    emu::sequential_thread = true;
-    emu::bDim = block;
-    emu::gDim = grid;
+    emu::CudaThread t;
+    t.sequential = true;
+    t.bDim = block;
+    t.gDim = grid;
+    emu::self = &t;
     for (uint64_t k = 0; k < blocks; ++k) {
-      emu::bIdx = block_index(k);
+      t.bIdx = block_index(k);
       for (unsigned z = 0; z < block.z; ++z)
         for (unsigned y = 0; y < block.y; ++y)
           for (unsigned x = 0; x < block.x; ++x) {
-            emu::tIdx = {x, y, z};
+            t.tIdx = {x, y, z};
             emu::ptx::thread_start();
             std::apply(kernel, args);
           }
     }
-    emu::sequential_thread = false;
+    emu::self = nullptr;
     return;
   }
+  if (emu::block_launch_running.exchange(true))
+    emu::die("two launches at once (from two host threads): the emulator runs one at a time");
   auto state = std::make_unique<emu::Block>();
   emu::Block& b = *state;
   b.n = n;
@@ -249,43 +332,46 @@ void emu_launch_smem(dim3 grid, dim3 block, size_t smem, K kernel, A&&... a) {
     b.smem_bytes = smem;
   }
   const unsigned warps = (n + 31) / 32;
-  auto setup = [&]() noexcept {  // before each block: fresh barriers, nobody exited
-    b.bar.emplace(std::ptrdiff_t(n));
-    b.warp_bars.clear();
-    for (unsigned w = 0; w < warps; ++w)
-      b.warp_bars.emplace_back(new std::barrier<>(std::ptrdiff_t(std::min(32u, n - w * 32))));
-    for (unsigned t = 0; t < n; ++t) b.exited[t].store(false);
-    b.any_exited.store(false);
-    if (b.smem) std::memset(b.smem, 0xFF, b.smem_bytes);  // unwritten shared memory reads NaN
-    emu::ptx::shadow.reset(b.smem_bytes);
+  std::vector<emu::CudaThread> threads(n);  // fiber i runs linear thread i (x fastest)
+  for (unsigned i = 0; i < n; ++i) {
+    threads[i].tIdx = {i % block.x, i / block.x % block.y, i / (block.x * block.y)};
+    threads[i].bDim = block;
+    threads[i].gDim = grid;
+  }
+  struct Run {
+    const K& kernel;
+    const Args& args;
+    emu::Block& b;
+    std::vector<emu::CudaThread>& threads;
+  } run{kernel, args, b, threads};
+  const auto body = [](void* r, unsigned i) {
+    Run& run = *static_cast<Run*>(r);
+    emu::self = &run.threads[i];
+    emu::ptx::thread_start();
+    std::apply(run.kernel, run.args);
+    // Exited: out of the block barrier and of the warp's exchanges.
+    run.b.exited[i] = true;
+    run.b.any_exited = true;
+    run.b.bar.arrive_and_drop();
+    run.b.warp_bars[i >> 5].arrive_and_drop();
   };
-  setup();
   emu::block = &b;
-  std::barrier end_of_block(std::ptrdiff_t(n), setup);
-  std::vector<std::thread> ts;
-  ts.reserve(n);
-  for (unsigned z = 0; z < block.z; ++z)
-    for (unsigned y = 0; y < block.y; ++y)
-      for (unsigned x = 0; x < block.x; ++x)
-        ts.emplace_back([&, x, y, z] {
-          emu::tIdx = {x, y, z};
-          emu::bDim = block;
-          emu::gDim = grid;
-          const int t = emu::linear_tid();
-          for (uint64_t k = 0; k < blocks; ++k) {
-            emu::bIdx = block_index(k);
-            emu::ptx::thread_start();
-            std::apply(kernel, args);
-            // Exited: out of the block barrier and of the warp's exchanges.
-            b.exited[t].store(true);
-            b.any_exited.store(true);
-            b.bar->arrive_and_drop();
-            b.warp_bars[size_t(t >> 5)]->arrive_and_drop();
-            end_of_block.arrive_and_wait();
-          }
-        });
-  for (auto& th : ts) th.join();
+  for (uint64_t k = 0; k < blocks; ++k) {
+    // Fresh barriers, nobody exited; unwritten shared memory reads NaN.
+    b.bar = emu::fiber::Barrier(n);
+    b.warp_bars.assign(warps, emu::fiber::Barrier(32));
+    if (n % 32) b.warp_bars.back() = emu::fiber::Barrier(n % 32);
+    std::fill_n(b.exited, n, false);
+    b.any_exited = false;
+    if (b.smem) std::memset(b.smem, 0xFF, b.smem_bytes);
+    emu::ptx::shadow.reset(b.smem_bytes);
+    const uint3 bidx = block_index(k);
+    for (emu::CudaThread& t : threads) t.bIdx = bidx;
+    if (emu::fiber::run(n, body, &run) != 0) emu::die_deadlocked(threads);
+    emu::self = nullptr;
+  }
   emu::block = nullptr;
+  emu::block_launch_running.store(false);
 }
 template <class K, class... A>
 void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
@@ -295,7 +381,7 @@ void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
 // First in the body of every kernel declared __launch_bounds__(max_threads) (the transform puts
 // it there): on a GPU a bigger block does not launch.
 inline void emu_check_launch_bounds(unsigned max_threads, const char* kernel) {
-  const unsigned n = emu::bDim.x * emu::bDim.y * emu::bDim.z;
+  const unsigned n = emu::self->bDim.x * emu::self->bDim.y * emu::self->bDim.z;
   if (n > max_threads)
     emu::fatal("%s: a block of %u threads, above its __launch_bounds__(%u)", kernel, n,
                max_threads);

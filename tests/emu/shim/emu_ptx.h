@@ -44,7 +44,7 @@ constexpr size_t kMaxDynamicSmem = 227 * 1024;     // sm_90's opt-in limit per b
 
 // The bytes [addr, addr + n) of the block's dynamic shared memory, addr a multiple of align.
 inline unsigned char* shared_at(uint32_t addr, size_t n, size_t align, const char* what) {
-  if (sequential_thread || block == nullptr || block->smem == nullptr)
+  if (self == nullptr || self->sequential || block == nullptr || block->smem == nullptr)
     fatal("%s: no dynamic shared memory in this launch", what);
   if (addr % align != 0) fatal("%s: shared address %u not %zu-byte aligned", what, addr, align);
   if (addr < kSharedBase || addr - kSharedBase + n > block->smem_bytes)
@@ -62,78 +62,58 @@ namespace ptx {
 // warp (a missing __syncthreads before the reads or before a refill: RAW, WAR, WAW); detected
 // whatever the threads' timing. Plain C++ accesses to shared memory are not tracked.
 struct SharedShadow {
-  static constexpr uint64_t kNever = ~0ull;                // phase 0xffffffff: matches no phase
-  std::unique_ptr<std::atomic<uint64_t>[]> reads, writes;  // phase << 32 | warp mask / warp
-  size_t words = 0;
-  void reset(size_t bytes) {  // before each block
-    if (words != (bytes + 3) / 4) {
-      words = (bytes + 3) / 4;
-      reads.reset(words ? new std::atomic<uint64_t>[words] : nullptr);
-      writes.reset(words ? new std::atomic<uint64_t>[words] : nullptr);
-    }
-    for (size_t i = 0; i < words; ++i) {
-      reads[i].store(kNever, std::memory_order_relaxed);
-      writes[i].store(kNever, std::memory_order_relaxed);
-    }
+  static constexpr uint64_t kNever = ~0ull;  // phase 0xffffffff: matches no phase
+  std::vector<uint64_t> reads, writes;       // phase << 32 | warp mask / warp
+  void reset(size_t bytes) {                 // before each block
+    reads.assign((bytes + 3) / 4, kNever);
+    writes.assign((bytes + 3) / 4, kNever);
   }
 };
 inline SharedShadow shadow;
 
 inline void note_read(const unsigned char* p, size_t n, const char* what) {
   const size_t off = size_t(p - block->smem);
-  const uint64_t phase = syncthreads_passed, w = uint64_t(linear_tid() >> 5);
+  const uint64_t phase = self->syncthreads_passed, w = uint64_t(linear_tid() >> 5);
   for (size_t i = off / 4; i < (off + n + 3) / 4; ++i) {
-    const uint64_t wr = shadow.writes[i].load(std::memory_order_relaxed);
+    const uint64_t wr = shadow.writes[i];
     if (wr >> 32 == phase && (wr & 0xffffffffu) != w)
       fatal(
           "%s: reads shared bytes at offset %zu that warp %u wrote (cp.async) since the last "
           "__syncthreads",
           what, 4 * i, unsigned(wr & 0xffffffffu));
-    uint64_t rd = shadow.reads[i].load(std::memory_order_relaxed), next;
-    do {
-      next = rd >> 32 == phase ? rd | 1ull << w : phase << 32 | 1ull << w;
-    } while (next != rd && !shadow.reads[i].compare_exchange_weak(rd, next));
+    const uint64_t rd = shadow.reads[i];
+    shadow.reads[i] = rd >> 32 == phase ? rd | 1ull << w : phase << 32 | 1ull << w;
   }
 }
 inline void note_write(const unsigned char* p, size_t n, const char* what) {
   const size_t off = size_t(p - block->smem);
-  const uint64_t phase = syncthreads_passed, w = uint64_t(linear_tid() >> 5);
+  const uint64_t phase = self->syncthreads_passed, w = uint64_t(linear_tid() >> 5);
   for (size_t i = off / 4; i < (off + n + 3) / 4; ++i) {
-    const uint64_t rd = shadow.reads[i].load(std::memory_order_relaxed);
+    const uint64_t rd = shadow.reads[i];
     if (rd >> 32 == phase && (rd & 0xffffffffu & ~(1ull << w)) != 0)
       fatal(
           "%s: overwrites shared bytes at offset %zu that another warp read since the last "
           "__syncthreads (mask 0x%x)",
           what, 4 * i, unsigned(rd & 0xffffffffu));
-    const uint64_t wr = shadow.writes[i].load(std::memory_order_relaxed);
+    const uint64_t wr = shadow.writes[i];
     if (wr >> 32 == phase && (wr & 0xffffffffu) != w)
       fatal(
           "%s: overwrites shared bytes at offset %zu that warp %u wrote since the last "
           "__syncthreads",
           what, 4 * i, unsigned(wr & 0xffffffffu));
-    shadow.writes[i].store(phase << 32 | w, std::memory_order_relaxed);
+    shadow.writes[i] = phase << 32 | w;
   }
 }
 
 // ---- cp.async ---------------------------------------------------------------------------------
-struct AsyncCopy {
-  unsigned char* dst;
-  const unsigned char* src;
-  int bytes, src_bytes;
-};
-struct AsyncCopies {
-  std::vector<AsyncCopy> uncommitted;
-  std::deque<std::vector<AsyncCopy>> groups;  // committed, oldest first
-};
-inline thread_local AsyncCopies async_copies;
-inline thread_local uint32_t collective_seq = 0;  // this lane's warp collectives in the block
+// Each thread's queue: CudaThread::async_copies (cuda_runtime.h).
 
 // Called before each block on each thread: no copies in flight, collectives counted afresh.
 inline void thread_start() {
-  async_copies.uncommitted.clear();
-  async_copies.groups.clear();
-  collective_seq = 0;
-  syncthreads_passed = 0;
+  self->async_copies.uncommitted.clear();
+  self->async_copies.groups.clear();
+  self->collective_seq = 0;
+  self->syncthreads_passed = 0;
 }
 
 inline void cp_async(const char* what, uint32_t dst, const void* src, int cp_size, int src_size) {
@@ -144,7 +124,7 @@ inline void cp_async(const char* what, uint32_t dst, const void* src, int cp_siz
   unsigned char* d = shared_at(dst, size_t(cp_size), size_t(cp_size), what);
   note_write(d, size_t(cp_size), what);
   std::memset(d, 0xFF, size_t(cp_size));  // undefined until the group completes
-  async_copies.uncommitted.push_back(
+  self->async_copies.uncommitted.push_back(
       {d, static_cast<const unsigned char*>(src), cp_size, src_size});
 }
 inline void cp_async_cg_shared_global(uint32_t dst, const void* src, int cp_size, int src_size) {
@@ -162,12 +142,13 @@ inline void cp_async_ca_shared_global(uint32_t dst, const void* src, int cp_size
   cp_async_ca_shared_global(dst, src, cp_size, cp_size);
 }
 inline void cp_async_commit_group() {
-  async_copies.groups.push_back(std::move(async_copies.uncommitted));
-  async_copies.uncommitted.clear();
+  AsyncCopies& q = self->async_copies;
+  q.groups.push_back(std::move(q.uncommitted));
+  q.uncommitted.clear();
 }
 inline void cp_async_wait_group(int n) {
   if (n < 0) fatal("cp.async.wait_group %d", n);
-  auto& groups = async_copies.groups;
+  auto& groups = self->async_copies.groups;
   while (groups.size() > size_t(n)) {
     for (const AsyncCopy& c : groups.front()) {
       note_write(c.dst, size_t(c.bytes), "cp.async (landing at wait_group)");
@@ -204,21 +185,22 @@ inline WarpDeposits warp_deposits;  // one block runs at a time
 // until this lane's next collective.
 inline const uint32_t (*warp_collective(Collective kind, const uint32_t* words, int n,
                                         const char* what))[kWords] {
-  if (sequential_thread) fatal("%s in a sequential launch", what);
+  if (self->sequential) fatal("%s in a sequential launch", what);
   const int t = linear_tid(), w = t >> 5, l = t & 31;
   Block& b = *block;
   if (b.n < unsigned(w + 1) * 32u) fatal("%s: needs all 32 lanes, the warp is partial", what);
-  const uint32_t seq = collective_seq++;
+  const uint32_t seq = self->collective_seq++;
   const int p = int(seq & 1u);
-  const uint64_t block_id = bIdx.x + uint64_t(gDim.x) * (bIdx.y + uint64_t(gDim.y) * bIdx.z);
+  const uint3 bi = self->bIdx;
+  const uint64_t block_id = bi.x + uint64_t(self->gDim.x) * (bi.y + uint64_t(self->gDim.y) * bi.z);
   const Tag tag{uint64_t(launches) << 40 | block_id, uint64_t(kind) << 32 | seq};
   std::memcpy(warp_deposits.words[p][w][l], words, sizeof(uint32_t) * size_t(n));
   warp_deposits.tag[p][w][l] = tag;
-  b.warp_bars[size_t(w)]->arrive_and_wait();
+  wait_at(b.warp_bars[size_t(w)], what);
   for (int s = 0; s < 32; ++s)
     if (warp_deposits.tag[p][w][s] != tag)
       fatal("%s: lane %d %s", what, s,
-            b.exited[w * 32 + s].load() ? "has exited" : "runs another collective (divergence)");
+            b.exited[w * 32 + s] ? "has exited" : "runs another collective (divergence)");
   return warp_deposits.words[p][w];
 }
 
@@ -315,14 +297,14 @@ inline float __frcp_rn(float x) { return 1.0f / x; }
 template <class T, size_t kAlign>
 T* emu_dynamic_smem() {
   static_assert(kAlign <= emu::kSharedAlign, "dynamic shared memory aligned to 128 bytes only");
-  if (emu::sequential_thread) emu::die("dynamic shared memory in a sequential launch");
+  if (emu::self->sequential) emu::die("dynamic shared memory in a sequential launch");
   return reinterpret_cast<T*>(emu::block->smem);  // null when the launch asked for 0 bytes
 }
 
 // Generic -> shared-window address of a pointer into the block's dynamic shared memory.
 inline size_t __cvta_generic_to_shared(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const emu::Block* b = emu::sequential_thread ? nullptr : emu::block;
+  const emu::Block* b = emu::self == nullptr || emu::self->sequential ? nullptr : emu::block;
   if (b == nullptr || b->smem == nullptr)
     emu::die("__cvta_generic_to_shared without dynamic shared memory");
   const uintptr_t base = reinterpret_cast<uintptr_t>(b->smem);
