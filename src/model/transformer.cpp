@@ -280,7 +280,11 @@ void Transformer::set_expert_device_communicators(DeviceCommunicator* ep,
   ECO_ASSERT(!be_.host_memory() || (!ep && !edp), "device communicators on a host-memory backend");
   ep_.ep_device = ep;
   ep_.edp_device = edp;
-  if (!edp || ep_.dp == 1 || ctx_.ep_part.numel() > 0) return;
+  if (edp) reserve_expert_receive_buffer();
+}
+
+void Transformer::reserve_expert_receive_buffer() {
+  if (!ep_.enabled() || ep_.dp == 1 || ctx_.ep_part.numel() > 0) return;
   int64_t largest = 0;
   for (const auto& b : blocks_) largest = std::max(largest, b->mlp().expert_accumulator_elems());
   ctx_.ep_part = be_.alloc("moe_ep_part", {largest}, DType::F32, MemCategory::Grads);

@@ -82,6 +82,9 @@ class Transformer {
   // the layers receive another group's expert gradients into (ModelContext::ep_part, in the
   // ledger). Every rank of the run must pass the same kinds.
   void set_expert_device_communicators(DeviceCommunicator* ep, DeviceCommunicator* edp);
+  // That receive buffer alone (once; nothing at dp 1): what a plan of a CUDA run counts, as
+  // every rank having its own GPU gets it.
+  void reserve_expert_receive_buffer();
   // Every MoE layer's step loads (Mlp::step_loads), in layer order.
   std::vector<std::vector<int64_t>*> step_loads();
   // The MoE layers' router figures of the last forward, summed (aux, z, dropped) or averaged

@@ -64,6 +64,8 @@ MemoryFit memory_fit(const Config& cfg) {
                                                        cfg.train.grad_accum));
     const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.world() : 1;
     Optimizer opt(cfg.optim, model, 0, zero_world, Optimizer::largest_rank(model, zero_world));
+    // device: cuda with expert parallelism at dp > 1: the NCCL expert-gradient receive buffer.
+    if (cfg.device == Device::Cuda) model.reserve_expert_receive_buffer();
     alloc_trainer_buffers(*be, cfg, model);
   }
   MemoryFit fit;

@@ -52,6 +52,8 @@ std::string plan_report(const Config& cfg) {
   const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.world() : 1;
   const int plan_rank = Optimizer::largest_rank(model, zero_world);
   Optimizer opt(cfg.optim, model, 0, zero_world, plan_rank);
+  // device: cuda with expert parallelism at dp > 1: the NCCL expert-gradient receive buffer.
+  if (cfg.device == Device::Cuda) model.reserve_expert_receive_buffer();
   alloc_trainer_buffers(*be, cfg, model);
   const auto& ledger = be->ledger();
   const int64_t q = model.store().count_in_scope();
