@@ -23,18 +23,14 @@ Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed, 
   if (zero_world > 1) {
     // The groups: without expert parallelism one over every parameter; with it, the dense
     // parameters over the world and this rank's routed experts over the dp ranks holding them.
-    std::vector<char> dense(specs.size()), experts(specs.size());
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const bool routed = P.enabled() && routed_expert_of(specs[i].name) >= 0;
-      dense[i] = !routed;
-      experts[i] = routed && store.present(i);
-    }
-    groups_.push_back(Group{ZeroShards(store, zero_world, dense), comm, rank, true, {}, {}, {}});
+    ZeroMembers m = zero_members(store, P.enabled());
+    groups_.push_back(Group{ZeroShards(store, zero_world, std::move(m.dense)), comm, rank, true,
+                            {}, {}});
     if (P.enabled()) {
       if (zero_world % P.ep != 0)
         runtime_error("optimizer: a ZeRO-1 world of {} is not dp x ep {}", zero_world, P.ep);
-      groups_.push_back(Group{ZeroShards(store, zero_world / P.ep, experts), P.edp_comm,
-                              rank / P.ep, false, {}, {}, {}});
+      groups_.push_back(Group{ZeroShards(store, zero_world / P.ep, std::move(m.experts)),
+                              P.edp_comm, rank / P.ep, false, {}, {}});
     }
   }
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -92,26 +88,24 @@ Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed, 
     m_.push_back(view(m_slot[i], dts[i]));
     v_.push_back(adamw_ ? view(v_slot[i], dts[i]) : Tensor{});
   }
+  // Each group's collectives: per arena, each segment of its members with the ranks' bounds
+  // cut to it, once.
   for (Group& g : groups_)
     for (ParamArena kind : {ParamArena::Values, ParamArena::Codes, ParamArena::Scales}) {
-      g.arena_bounds[size_t(kind)] = g.shards.arena_bounds(kind);
-      g.arena_segments[size_t(kind)] = g.shards.arena_segments(kind);
+      const std::vector<int64_t> bounds = g.shards.arena_bounds(kind);
+      for (const auto& [begin, end] : g.shards.arena_segments(kind))
+        g.parts[size_t(kind)].push_back({begin, clamp_bounds(bounds, begin, end)});
     }
 }
 
 int Optimizer::largest_rank(const Transformer& model, int zero_world) {
   if (zero_world <= 1) return 0;
   const ParamStore& store = model.store();
-  const auto& specs = model.table().specs;
   const ExpertParallel& P = model.expert_parallel();
   if (!P.enabled()) return ZeroShards(store, zero_world).largest_rank();
-  std::vector<char> dense(specs.size()), experts(specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const bool routed = routed_expert_of(specs[i].name) >= 0;
-    dense[i] = !routed;
-    experts[i] = routed && store.present(i);
-  }
-  const ZeroShards d(store, zero_world, dense), e(store, zero_world / P.ep, experts);
+  ZeroMembers m = zero_members(store, true);
+  const ZeroShards d(store, zero_world, std::move(m.dense)),
+      e(store, zero_world / P.ep, std::move(m.experts));
   int best = 0;
   int64_t most = -1;
   for (int r = 0; r < zero_world; ++r)
@@ -215,9 +209,8 @@ void Optimizer::all_gather_group(Group& g) {
   const bool device = g.device && device_comm_ && !be.host_memory();
   for (ParamArena kind : {ParamArena::Codes, ParamArena::Scales, ParamArena::Values}) {
     const Tensor& buf = model_.store().arena(kind).buffer;
-    const auto& segments = g.arena_segments[size_t(kind)];
-    if (buf.empty() || segments.empty()) continue;
-    const std::vector<int64_t>& bounds = g.arena_bounds[size_t(kind)];
+    const auto& parts = g.parts[size_t(kind)];
+    if (buf.empty() || parts.empty()) continue;
     // The bytes this rank sends, by the communicator's own counter.
     const auto counted = [&] {
       return (device ? device_comm_->bytes_sent() : g.comm->bytes_sent()).all_gather;
@@ -225,8 +218,7 @@ void Optimizer::all_gather_group(Group& g) {
     const int64_t before = counted();
     // Each segment of the group's parameters, cut between the ranks by the same bounds.
     const auto gather = [&](char* base, auto&& all_gather) {
-      for (const auto& [begin, end] : segments)
-        all_gather(base + begin, clamp_bounds(bounds, begin, end));
+      for (const Part& p : parts) all_gather(base + p.begin, p.bounds);
     };
     if (be.host_memory()) {
       gather(buf.as<char>(), [&](char* p, const std::vector<int64_t>& b) { g.comm->all_gather(p, b); });
@@ -261,11 +253,9 @@ std::vector<Optimizer::GatherBytes> Optimizer::own_weight_bytes() const {
     GatherBytes b;
     b.world = g.shards.world();
     for (ParamArena kind : {ParamArena::Codes, ParamArena::Scales, ParamArena::Values})
-      for (const auto& [begin, end] : g.arena_segments[size_t(kind)]) {
-        const std::vector<int64_t> c = clamp_bounds(g.arena_bounds[size_t(kind)], begin, end);
+      for (const Part& p : g.parts[size_t(kind)])
         (kind == ParamArena::Values ? b.values : b.quantized) +=
-            c[size_t(g.rank) + 1] - c[size_t(g.rank)];
-      }
+            p.bounds[size_t(g.rank) + 1] - p.bounds[size_t(g.rank)];
     out.push_back(b);
   }
   return out;

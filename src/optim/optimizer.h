@@ -87,6 +87,11 @@ class Optimizer {
   std::vector<Tensor> m_, v_;  // per parameter: views into arenas_
   std::vector<PlainUpdate> plain_;  // this step's unquantized updates (kept: no per-step allocation)
   int64_t t_ = 0;
+  // A segment of an arena (its first byte) and the ranks' bounds cut to it, relative to that byte.
+  struct Part {
+    int64_t begin;
+    std::vector<int64_t> bounds;
+  };
   // A ZeRO-1 sharding group: its shards, communicator, this rank's place, and the segments and
   // bounds its collectives take.
   struct Group {
@@ -94,8 +99,7 @@ class Optimizer {
     Communicator* comm = nullptr;
     int rank = 0;
     bool device = false;  // gathers through the device communicator (the world group only)
-    std::vector<std::pair<int64_t, int64_t>> arena_segments[3];  // by ParamArena
-    std::vector<int64_t> arena_bounds[3];
+    std::vector<Part> parts[3];  // by ParamArena
     GatherBytes sent;
   };
   ZeroShards pieces_;        // every present parameter, one rank: grad_norm's pieces

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/expert_parallel.h"
 
 namespace eco {
 
@@ -186,6 +187,17 @@ int ZeroShards::largest_rank() const {
   for (int r = 1; r < world_; ++r)
     if (elements(r) > elements(best)) best = r;
   return best;
+}
+
+ZeroMembers zero_members(const ParamStore& store, bool expert_parallel) {
+  const auto& specs = store.table().specs;
+  ZeroMembers m{std::vector<char>(specs.size()), std::vector<char>(specs.size())};
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const bool routed = expert_parallel && routed_expert_of(specs[i].name) >= 0;
+    m.dense[i] = !routed;
+    m.experts[i] = routed && store.present(i);
+  }
+  return m;
 }
 
 std::vector<int64_t> clamp_bounds(const std::vector<int64_t>& bounds, int64_t begin, int64_t end) {

@@ -92,6 +92,14 @@ class ZeroShards {
   std::vector<size_t> cut_;  // world + 1 piece indices
 };
 
+// Expert parallelism's two sharding groups' members (Optimizer): `dense`, every parameter but the
+// routed experts' (every parameter without expert parallelism); `experts`, the routed experts
+// this rank holds (none without it).
+struct ZeroMembers {
+  std::vector<char> dense, experts;
+};
+ZeroMembers zero_members(const ParamStore& store, bool expert_parallel);
+
 // bounds (world + 1 non-decreasing offsets) cut to the segment [begin, end), relative to begin:
 // each rank's part of the segment.
 std::vector<int64_t> clamp_bounds(const std::vector<int64_t>& bounds, int64_t begin, int64_t end);

@@ -58,20 +58,18 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
                                          cfg_.precision.treatment, cfg_.precision.quantize, ep_);
   if (ep_.enabled()) {
-    const auto& specs = model_->table().specs;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      if (routed_expert_of(specs[i].name) >= 0) continue;
-      const int64_t at = model_->store().grad_offset(i);
-      if (!dense_ranges_.empty() && dense_ranges_.back().first + dense_ranges_.back().second == at)
-        dense_ranges_.back().second += specs[i].numel();
-      else
-        dense_ranges_.emplace_back(at, specs[i].numel());
-    }
+    // The dense parameters' ranges of the flat gradient (ZeRO-1's dense group's segments).
+    const ZeroShards dense(model_->store(), 1, zero_members(model_->store(), true).dense);
+    dense_ranges_ = dense.grad_segments();
   }
   opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed,
                                      par.zero == 1 ? par.world() : 1,
                                      par.zero == 1 ? comm_->rank() : 0, comm_);
-  if (opt_->sharded()) grad_bounds_ = opt_->shards().grad_bounds();
+  if (opt_->sharded()) {
+    grad_bounds_ = opt_->shards().grad_bounds();
+    for (const auto& [begin, end] : dense_ranges_)
+      dense_bounds_.push_back(clamp_bounds(grad_bounds_, begin, end));
+  }
   start_device_communicator();
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,
@@ -422,12 +420,12 @@ void Trainer::reduce_gradients() {
                                                : "gradient all-reduce + expert fold");
     ECO_ASSERT(g.dtype == DType::F32, "expert-parallel gradients in {}", dtype_name(g.dtype));
     const auto sum = [&](float* base, auto& comm) {
-      for (const auto& [offset, length] : dense_ranges_) {
+      for (size_t k = 0; k < dense_ranges_.size(); ++k) {
+        const auto [begin, end] = dense_ranges_[k];
         if (scatter)
-          comm.reduce_scatter_sum(base + offset,
-                                  clamp_bounds(grad_bounds_, offset, offset + length));
+          comm.reduce_scatter_sum(base + begin, dense_bounds_[k]);
         else
-          comm.all_reduce_sum(base + offset, length);
+          comm.all_reduce_sum(base + begin, end - begin);
       }
     };
     if (backend_->host_memory()) {
@@ -496,10 +494,7 @@ void Trainer::reduce_grad_range(int64_t begin, int64_t end) {
     return;
   }
   // ZeRO-1: the ranks' ranges cut to [begin, end), relative to begin.
-  std::vector<int64_t> bounds(grad_bounds_.size());
-  for (size_t r = 0; r < bounds.size(); ++r)
-    bounds[r] = std::clamp(grad_bounds_[r], begin, end) - begin;
-  comm_->reduce_scatter_sum(x, bounds);
+  comm_->reduce_scatter_sum(x, clamp_bounds(grad_bounds_, begin, end));
 }
 
 bool Trainer::stop_agreed(const StopSignals& stop) {

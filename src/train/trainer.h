@@ -133,9 +133,10 @@ class Trainer {
   // (split from comm_, destroyed before it), and this rank's place (model/expert_parallel.h).
   std::unique_ptr<Communicator> ep_comm_, edp_comm_;
   ExpertParallel ep_;
-  // The flat gradient's ranges (offset, length) of everything but the routed experts: the
-  // world's all-reduce under expert parallelism.
+  // The flat gradient's ranges [begin, end) of everything but the routed experts: the world's
+  // sum under expert parallelism.
   std::vector<std::pair<int64_t, int64_t>> dense_ranges_;
+  std::vector<std::vector<int64_t>> dense_bounds_;        // ZeRO-1: grad_bounds_ cut to each
   RunLog log_;
   RunDir run_dir_;
   std::unique_ptr<Backend> backend_;
