@@ -331,17 +331,9 @@ void MoeMlp::reduce_expert_gradients(const ModelContext& ctx) {
   // order, d then s, so every element sees the same fp32 additions at every placement.
   const ExpertParallel& P = *ctx.ep;
   Backend& be = ctx.be;
-  if (sources_ == 1) {
-    // One running sum, ((0 + g_0) + g_1) + ... in source order (= world order at dp 1), as the
-    // backward added the segments: the gradient is 0 + it (exact: a sum from +0 is never -0).
-    for (int k = 0; k < local_; ++k) {
-      const Tensor g = ctx.grads.slice(expert_base_[size_t(k)], {span_});
-      be.zero(g);
-      be.add_inplace(g, acc_.slice(int64_t(k) * span_, {span_}), span_);
-    }
-    be.zero(acc_);
-    return;
-  }
+  // (Without keep_sources, dp 1, acc_ holds one running sum, ((0 + g_0) + g_1) + ... in source
+  // order as the backward added the segments: the fold below makes the gradient 0 + it, exact,
+  // as a sum from +0 is never -0.)
   if (!be.host_memory() && P.dp > 1 && !P.edp_device) {  // device memory without NCCL: on the host
     reduce_expert_gradients_on_host(ctx);
     return;
@@ -378,8 +370,8 @@ void MoeMlp::reduce_expert_gradients(const ModelContext& ctx) {
 void MoeMlp::fold_sources(const ModelContext& ctx, const Tensor& parts) {
   for (int k = 0; k < local_; ++k) {
     const Tensor g = ctx.grads.slice(expert_base_[size_t(k)], {span_});
-    for (int s = 0; s < ctx.ep->ep; ++s)
-      ctx.be.add_inplace(g, parts.slice((int64_t(s) * local_ + k) * span_, {span_}), span_);
+    for (int64_t s = 0; s < sources_; ++s)
+      ctx.be.add_inplace(g, parts.slice((s * local_ + k) * span_, {span_}), span_);
   }
 }
 

@@ -106,7 +106,7 @@ class MoeMlp : public Mlp {
   std::vector<char> host_send_, host_recv_;
   std::vector<float> host_acc_;
   void reduce_expert_gradients_on_host(const ModelContext& ctx);
-  // grads of the local experts += the source accumulators `parts` (ep, local_, span_) of one
+  // grads of the local experts += the source accumulators `parts` (sources_, local_, span_) of one
   // expert-data-parallel rank, sources in rank order (Backend::add_inplace).
   void fold_sources(const ModelContext& ctx, const Tensor& parts);
   std::vector<float> gathered_;         // host memory: acc_ of every expert-data-parallel rank
