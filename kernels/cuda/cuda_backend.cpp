@@ -76,6 +76,17 @@ Stream make_stream() {
   return Stream(s);
 }
 
+struct EventDeleter {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+using Event = std::unique_ptr<CUevent_st, EventDeleter>;
+
+Event make_event() {
+  cudaEvent_t e = nullptr;
+  ECO_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));  // ordering only
+  return Event(e);
+}
+
 // A device scratch that grows to the largest request and records its growth in the ledger.
 class GrowingScratch {
  public:
@@ -104,6 +115,9 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend()
       : stream_(make_stream()),
+        side_(make_stream()),
+        fork_(make_event()),
+        join_(make_event()),
         attention_request_(parse_cuda_attention(std::getenv("ECO_CUDA_ATTENTION"))) {
     ledger_.record(cuda_ws::kCublasLtWorkspaceName, MemCategory::Workspace,
                    cuda::GemmEngine::kWorkspaceBytes);
@@ -111,7 +125,10 @@ class CudaBackend final : public Backend {
     sum_squares_ = alloc_raw("sum_squares scratch", ss_bytes);
     ledger_.record("sum_squares scratch", MemCategory::Workspace, ss_bytes);
   }
-  ~CudaBackend() override { cudaStreamSynchronize(stream_.get()); }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(side_.get());
+    cudaStreamSynchronize(stream_.get());
+  }
 
   std::string name() const override { return "cuda"; }
   DType dtype() const override { return DType::F32; }
@@ -148,6 +165,18 @@ class CudaBackend final : public Backend {
   void synchronize() override { ECO_CHECK_CUDA(cudaStreamSynchronize(s())); }
   // The stream every operation runs on (make_nccl_communicator enqueues its collectives there).
   cudaStream_t stream() const { return s(); }
+  // The side stream (parallel.overlap's NCCL gradient sums), ordered against the compute stream
+  // by an event each way; an event is reused: a wait takes its latest record.
+  cudaStream_t side_stream() const { return side_.get(); }
+  bool has_side_stream() const override { return true; }
+  void side_fork() override {
+    ECO_CHECK_CUDA(cudaEventRecord(fork_.get(), s()));
+    ECO_CHECK_CUDA(cudaStreamWaitEvent(side_.get(), fork_.get(), 0));
+  }
+  void side_join() override {
+    ECO_CHECK_CUDA(cudaEventRecord(join_.get(), side_.get()));
+    ECO_CHECK_CUDA(cudaStreamWaitEvent(s(), join_.get(), 0));
+  }
 
   // ---- profiling ------------------------------------------------------------------------------
   void range_push(const char* name) override { nvtxRangePushA(name); }
@@ -991,6 +1020,8 @@ class CudaBackend final : public Backend {
 
   // Declaration order is destruction order reversed: buffers go before the engine and the stream.
   Stream stream_;
+  Stream side_;        // second, after stream_ (tests/emu defers streams by creation order)
+  Event fork_, join_;  // side_fork's record on stream_, side_join's on side_
   cuda::OpProfiler prof_;  // its events belong to the stream's device; destroyed after buffers
   cuda::GemmEngine gemm_;
   CudaAttention attention_request_;  // ECO_CUDA_ATTENTION, read once
@@ -1072,7 +1103,8 @@ std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator& host, B
     usage_error("the NCCL communicator moves the CUDA backend's device memory, but the backend "
                 "is '{}' (NCCL is for device: cuda)",
                 be.name());
-  return cuda::make_nccl_communicator(host, cuda_be->stream(), cuda_be->ledger());
+  return cuda::make_nccl_communicator(host, cuda_be->stream(), cuda_be->ledger(),
+                                      cuda::kNcclRoundElems, cuda_be->side_stream());
 #else
   (void)host;
   (void)be;

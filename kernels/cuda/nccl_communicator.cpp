@@ -59,11 +59,13 @@ const char* nccl_result_name(ncclResult_t r) {
 
 class NcclCommunicator final : public DeviceCommunicator {
  public:
-  NcclCommunicator(Communicator& host, cudaStream_t stream, MemoryLedger& ledger,
-                   int64_t round_elems)
+  NcclCommunicator(Communicator& host, cudaStream_t stream, cudaStream_t side,
+                   MemoryLedger& ledger, int64_t round_elems)
       : rank_(host.rank()),
         world_(host.world()),
         chunk_(std::max<int64_t>(1, round_elems / std::max(1, host.world()))),
+        compute_(stream),
+        side_(side),
         stream_(stream),
         ledger_(ledger) {
     ECO_ASSERT(world_ >= 1 && 0 <= rank_ && rank_ < world_ && round_elems >= 1,
@@ -80,7 +82,8 @@ class NcclCommunicator final : public DeviceCommunicator {
       ncclCommAbort(comm_);
       return;
     }
-    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(compute_);
+    if (side_) cudaStreamSynchronize(side_);
     ncclCommDestroy(comm_);
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -89,6 +92,13 @@ class NcclCommunicator final : public DeviceCommunicator {
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int world() const override { return world_; }
+  void set_lane(Lane lane) override {
+    ECO_ASSERT(lane == Lane::Compute || side_,
+               "NCCL communicator: the side lane on a backend without a side stream");
+    lane_ = lane;
+    stream_ = lane == Lane::Side ? side_ : compute_;
+  }
+  Lane lane() const override { return lane_; }
 
   void all_reduce_sum(float* x, int64_t n) override {
     ECO_ASSERT(n >= 0 && (x || n == 0), "all_reduce_sum of {} elements at {}", n,
@@ -235,7 +245,9 @@ class NcclCommunicator final : public DeviceCommunicator {
   float* recv_buffer(int64_t floats) {
     const size_t bytes = size_t(std::max<int64_t>(floats, 1)) * sizeof(float);
     if (bytes > recv_.bytes()) {
-      ECO_CHECK_CUDA(cudaStreamSynchronize(stream_));  // queued rounds may still read the old one
+      // Queued rounds on either lane may still read the old one.
+      ECO_CHECK_CUDA(cudaStreamSynchronize(compute_));
+      if (side_) ECO_CHECK_CUDA(cudaStreamSynchronize(side_));
       const size_t old = recv_.bytes();
       recv_ = DeviceBuffer();
       recv_ = DeviceBuffer(bytes);
@@ -247,7 +259,9 @@ class NcclCommunicator final : public DeviceCommunicator {
 
   const int rank_, world_;
   const int64_t chunk_;  // elements per rank chunk and round
-  cudaStream_t stream_;
+  const cudaStream_t compute_, side_;  // the backend's streams (side_: null when it has none)
+  cudaStream_t stream_;                 // the lane's: where the next calls are enqueued
+  Lane lane_ = Lane::Compute;
   MemoryLedger& ledger_;
   ncclComm_t comm_ = nullptr;
   DeviceBuffer recv_;  // (world, chunk) floats of the current round
@@ -257,8 +271,9 @@ class NcclCommunicator final : public DeviceCommunicator {
 
 std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator& host, cudaStream_t stream,
                                                            MemoryLedger& ledger,
-                                                           int64_t round_elems) {
-  return std::make_unique<NcclCommunicator>(host, stream, ledger, round_elems);
+                                                           int64_t round_elems,
+                                                           cudaStream_t side) {
+  return std::make_unique<NcclCommunicator>(host, stream, side, ledger, round_elems);
 }
 
 }  // namespace eco::cuda

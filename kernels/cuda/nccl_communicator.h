@@ -17,11 +17,13 @@ namespace eco::cuda {
 // per rank chunk (at least 1).
 constexpr int64_t kNcclRoundElems = int64_t(1) << 26;
 
-// NCCL over `host`'s ranks on the current device; collectives on `stream`; the receive buffer is
+// NCCL over `host`'s ranks on the current device; collectives on `stream`, or on `side` while
+// the lane is Side (DeviceCommunicator::set_lane; null: no side lane); the receive buffer is
 // recorded in `ledger` as it grows. round_elems bounds that buffer (kNcclRoundElems; tests pass
-// a few elements to run many rounds). `ledger` and `stream` must outlive the communicator.
+// a few elements to run many rounds). `ledger` and the streams must outlive the communicator.
 std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator& host, cudaStream_t stream,
                                                            MemoryLedger& ledger,
-                                                           int64_t round_elems = kNcclRoundElems);
+                                                           int64_t round_elems = kNcclRoundElems,
+                                                           cudaStream_t side = nullptr);
 
 }  // namespace eco::cuda

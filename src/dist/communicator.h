@@ -62,6 +62,9 @@ class Communicator {
   // (one thread at a time: dist/comm_worker.h). MPI: when the library provides
   // MPI_THREAD_SERIALIZED.
   virtual bool any_thread() const { return true; }
+  // Whether two threads may call collectives at once, each on its own communicator of the run
+  // (this one and a split of it): MPI when the library provides MPI_THREAD_MULTIPLE.
+  virtual bool concurrent() const { return true; }
   // Ends every process of the run with `code` (a rank that failed alone must not leave the
   // others waiting in a collective). Does not return.
   [[noreturn]] virtual void abort(int code) = 0;

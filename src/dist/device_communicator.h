@@ -16,9 +16,10 @@ namespace eco {
 
 class Backend;
 
-// Every call is enqueued on the backend's stream, in order with its kernels, and may return
-// before the data has moved: the caller's next kernels on that stream see the result; the host
-// sees it after Backend::synchronize (or a copy to the host). Every rank must make the same calls
+// Every call is enqueued on a backend stream (the compute stream, or the side stream: set_lane),
+// in order with that stream's kernels, and may return before the data has moved: the caller's
+// next kernels on that stream see the result; the host sees it after Backend::synchronize (or a
+// copy to the host; after side_join for the side stream's). Every rank must make the same calls
 // with the same sizes and bounds, in the same order. A rank that stops leaves the others waiting
 // on their GPUs, with no timeout of their own: the next host collective's (set_timeout) or the
 // launcher ends them.
@@ -28,6 +29,16 @@ class DeviceCommunicator {
   virtual std::string name() const = 0;  // "nccl"
   virtual int rank() const = 0;
   virtual int world() const = 0;
+
+  // The backend stream the next calls are enqueued on: its compute stream (the default), or its
+  // side stream (Backend::side_fork / side_join order the two; a backend without a side stream
+  // refuses Side). Calls on both lanes share one communicator: they must be ordered by those
+  // events (a side call after the fork, a compute call after the join), so that every rank
+  // enqueues the same calls in the same order and no two run at once. LaneScope sets a lane
+  // for a scope.
+  enum class Lane { Compute, Side };
+  virtual void set_lane(Lane lane) = 0;
+  virtual Lane lane() const = 0;
 
   // x (n floats, device) = the rank-order sum, on every rank.
   virtual void all_reduce_sum(float* x, int64_t n) = 0;
@@ -59,9 +70,25 @@ class DeviceCommunicator {
   CommBytes bytes_;
 };
 
+// The lane of `comm` for the scope's lifetime, then the one before.
+class LaneScope {
+ public:
+  LaneScope(DeviceCommunicator& comm, DeviceCommunicator::Lane lane)
+      : comm_(comm), before_(comm.lane()) {
+    comm_.set_lane(lane);
+  }
+  ~LaneScope() { comm_.set_lane(before_); }
+  LaneScope(const LaneScope&) = delete;
+  LaneScope& operator=(const LaneScope&) = delete;
+
+ private:
+  DeviceCommunicator& comm_;
+  DeviceCommunicator::Lane before_;
+};
+
 // NCCL over the host communicator's ranks: rank 0's ncclUniqueId reaches the others by
 // host.broadcast; this process's GPU is the backend's current device (make_cuda_backend picks it
-// by local rank); collectives run on the backend's stream. The communicator keeps a receive
+// by local rank); collectives run on the backend's compute stream, or its side stream. The communicator keeps a receive
 // buffer on the GPU (world x chunk floats, at most 256 MiB), recorded in the backend's ledger as
 // it grows ("nccl receive buffer", Workspace). Destroy the communicator before the backend.
 // A usage error naming the reason when this build has no NCCL or `be` is not the CUDA backend.

@@ -51,8 +51,9 @@ MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 constexpr int64_t kChunkElems = int64_t(1) << 26;
 
 // Ends the process when a collective has waited longer than the timeout. The thread makes no
-// MPI call (one thread at a time calls MPI: MPI_THREAD_SERIALIZED): it prints one line and _Exits, and the
-// launcher (mpirun) then ends the other ranks.
+// MPI call: it prints one line and _Exits, and the launcher (mpirun) then ends the other ranks.
+// Two threads may be in collectives at once (parallel.overlap under expert parallelism: the
+// gradient sums on the worker, the token exchange on the main thread): each Scope is watched.
 class CollectiveWatchdog {
  public:
   CollectiveWatchdog(int rank, int world) : rank_(rank), world_(world) {}
@@ -71,14 +72,22 @@ class CollectiveWatchdog {
   // Marks the calling collective for its scope.
   class Scope {
    public:
-    Scope(CollectiveWatchdog& w, const char* what) : w_(w) {
-      w_.what_ = what;
-      w_.since_ns_.store(now_ns());
+    Scope(CollectiveWatchdog& w, const char* what) : w_(w), what_(what), since_ns_(now_ns()) {
+      const std::lock_guard<std::mutex> lock(w_.mu_);
+      w_.open_.push_back(this);
     }
-    ~Scope() { w_.since_ns_.store(0); }
+    ~Scope() {
+      const std::lock_guard<std::mutex> lock(w_.mu_);
+      w_.open_.erase(std::find(w_.open_.begin(), w_.open_.end(), this));
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
 
    private:
+    friend class CollectiveWatchdog;
     CollectiveWatchdog& w_;
+    const char* what_;
+    int64_t since_ns_;
   };
 
  private:
@@ -90,23 +99,23 @@ class CollectiveWatchdog {
   void watch() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return quit_; })) {
-      const int64_t since = since_ns_.load();
-      if (since == 0 || timeout_s_ <= 0) continue;
-      const double waited = double(now_ns() - since) / 1e9;
-      if (waited <= timeout_s_) continue;
-      std::fprintf(stderr,
-                   "eco-train: error: [rank %d/%d] %s has waited %.0f s for the other ranks "
-                   "(parallel.timeout_s %g): a rank is stuck or gone; ending the run\n",
-                   rank_, world_, what_.load(), waited, timeout_s_);
-      std::fflush(stderr);
-      std::_Exit(1);
+      if (timeout_s_ <= 0) continue;
+      for (const Scope* s : open_) {
+        const double waited = double(now_ns() - s->since_ns_) / 1e9;
+        if (waited <= timeout_s_) continue;
+        std::fprintf(stderr,
+                     "eco-train: error: [rank %d/%d] %s has waited %.0f s for the other ranks "
+                     "(parallel.timeout_s %g): a rank is stuck or gone; ending the run\n",
+                     rank_, world_, s->what_, waited, timeout_s_);
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
     }
   }
 
   const int rank_, world_;
   double timeout_s_ = 0;
-  std::atomic<int64_t> since_ns_{0};
-  std::atomic<const char*> what_{""};
+  std::vector<const Scope*> open_;  // the collectives waiting now (under mu_)
   std::mutex mu_;
   std::condition_variable cv_;
   bool quit_ = false;
@@ -114,21 +123,28 @@ class CollectiveWatchdog {
 };
 
 // The root (MPI_COMM_WORLD: initialises and finalises MPI) or a child of split (its own
-// MPI_Comm, freed on destruction). A run's communicators share one watchdog: one collective runs
-// at a time (one thread at a time calls MPI), and the timeout is the run's.
+// MPI_Comm, freed on destruction). A run's communicators share one watchdog: the timeout is the
+// run's.
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(int* argc, char*** argv) : comm_(MPI_COMM_WORLD), root_(true) {
     int provided = 0;
-    // SERIALIZED: the gradient sums run on a worker thread while the main thread computes
-    // (dist/comm_worker.h); one thread calls MPI at a time.
-    ECO_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+    // The gradient sums run on a worker thread while the main thread computes
+    // (dist/comm_worker.h): SERIALIZED lets one thread at a time call MPI; MULTIPLE lets the
+    // main thread exchange tokens (expert parallelism) while the worker sums.
+    ECO_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     any_thread_ = provided >= MPI_THREAD_SERIALIZED;
+    concurrent_ = provided >= MPI_THREAD_MULTIPLE;
     init_ranks();
     watchdog_ = std::make_shared<CollectiveWatchdog>(rank_, world_);  // names the world rank
   }
-  MpiCommunicator(MPI_Comm comm, std::shared_ptr<CollectiveWatchdog> watchdog, bool any_thread)
-      : comm_(comm), root_(false), any_thread_(any_thread), watchdog_(std::move(watchdog)) {
+  MpiCommunicator(MPI_Comm comm, std::shared_ptr<CollectiveWatchdog> watchdog, bool any_thread,
+                  bool concurrent)
+      : comm_(comm),
+        root_(false),
+        any_thread_(any_thread),
+        concurrent_(concurrent),
+        watchdog_(std::move(watchdog)) {
     init_ranks();
   }
   ~MpiCommunicator() override {
@@ -146,6 +162,7 @@ class MpiCommunicator final : public Communicator {
   int world() const override { return world_; }
   std::string name() const override { return "mpi"; }
   bool any_thread() const override { return any_thread_; }
+  bool concurrent() const override { return concurrent_; }
   void set_timeout(double seconds) override { watchdog_->set_timeout(seconds); }
   void wait_begin(const char* what) override { wait_.emplace(*watchdog_, what); }
   void wait_end() override { wait_.reset(); }
@@ -240,7 +257,7 @@ class MpiCommunicator final : public Communicator {
     check_split_color(color);
     MPI_Comm child = MPI_COMM_NULL;
     ECO_CHECK_MPI(MPI_Comm_split(comm_, color, key, &child));
-    return std::make_unique<MpiCommunicator>(child, watchdog_, any_thread_);
+    return std::make_unique<MpiCommunicator>(child, watchdog_, any_thread_, concurrent_);
   }
   void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                     const std::vector<int64_t>& recv_bytes) override {
@@ -371,6 +388,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   const bool root_;  // owns MPI (MPI_COMM_WORLD) rather than a split's MPI_Comm
   bool any_thread_ = false;  // MPI_THREAD_SERIALIZED provided
+  bool concurrent_ = false;  // MPI_THREAD_MULTIPLE provided
   int rank_ = 0, world_ = 1;
   std::shared_ptr<CollectiveWatchdog> watchdog_;
   std::optional<CollectiveWatchdog::Scope> wait_;  // a WaitGuard's

@@ -97,6 +97,16 @@ class Backend {
   virtual int logits_stride(int V, int /*C*/) const { return V; }
   // Wait for all queued work (timing). Operations that return host values synchronise anyway.
   virtual void synchronize() {}
+  // A second stream of device work beside the one every operation runs on (the compute stream):
+  // parallel.overlap's gradient sums run there on a GPU (NCCL, DeviceCommunicator::Lane::Side)
+  // while the compute stream goes on with the backward. The two are ordered only by these calls:
+  // side_fork: the side stream's next work waits for everything enqueued on the compute stream
+  // so far; side_join: the compute stream's next work waits for everything enqueued on the side
+  // stream so far (then synchronize() waits for both). Host backends have none: they run
+  // everything in call order, and both calls do nothing.
+  virtual bool has_side_stream() const { return false; }
+  virtual void side_fork() {}
+  virtual void side_join() {}
 
   // ---- profiling ------------------------------------------------------------------------------
   // A named range around a piece of work (a layer's forward, the optimizer step, data loading):

@@ -17,6 +17,7 @@
 #include "train/evaluator.h"
 #include "train/memory_check.h"
 #include "train/run_summary.h"
+#include "train/side_stream_sums.h"
 #include "train/signals.h"
 #include "train/step_profile.h"
 #include "train/training_state.h"
@@ -91,10 +92,20 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   targets_.resize(batch_tokens);
   grad_acc_ = alloc_trainer_buffers(*backend_, cfg_, *model_);
   if (par.overlap && comm_->world() > 1) {
-    // Every rank must sum the same ranges in the same order: overlap only if all can.
-    double cannot = ep_.enabled() || !backend_->host_memory() || !comm_->any_thread() ? 1 : 0;
+    // Every rank must sum the same ranges in the same order: overlap only if all can. Host
+    // memory: a worker thread calls the (MPI) communicator, and under expert parallelism the
+    // main thread's token exchanges run meanwhile (MPI_THREAD_MULTIPLE); a GPU: NCCL on the
+    // side stream (not yet beside expert parallelism's NCCL exchanges).
+    const bool host = backend_->host_memory();
+    const bool can = host ? comm_->any_thread() && (!ep_.enabled() || comm_->concurrent())
+                          : !ep_.enabled() && device_comm_ && backend_->has_side_stream();
+    double cannot = can ? 0 : 1;
     comm_->all_reduce_max(&cannot, 1);
-    if (cannot == 0) overlap_ = std::make_unique<CommWorker>();
+    if (cannot == 0 && host) overlap_ = std::make_unique<CommWorker>();
+    if (cannot == 0 && !host)
+      side_sums_ = std::make_unique<SideStreamSums>(
+          *backend_, *device_comm_,
+          opt_->sharded() ? grad_bounds_ : std::vector<int64_t>{});
   }
 }
 
@@ -314,14 +325,22 @@ void Trainer::log_run_header() {
               tc.grad_accum, omp_get_max_threads());
   if (comm_->world() > 1) {
     if (overlap_)
+      log_.info("gradient sums overlap the backward: each block's{}, over the ranks in rank "
+                "order, on a worker thread while the blocks below it compute (parallel.overlap)",
+                ep_.enabled() ? " dense parameters' (the token exchanges run meanwhile)" : "");
+    else if (side_sums_)
       log_.info("gradient sums overlap the backward: each block's, over the ranks in rank order, "
-                "on a worker thread while the blocks below it compute (parallel.overlap)");
+                "by NCCL on a second CUDA stream while the blocks below it compute "
+                "(parallel.overlap)");
     else
       log_.info("gradient sums after the backward ({})",
-                !cfg_.parallel.overlap      ? "parallel.overlap: false"
-                : ep_.enabled()             ? "no overlap under expert parallelism yet"
-                : !backend_->host_memory() ? "no overlap on a device backend yet"
-                                            : "no overlap: MPI without MPI_THREAD_SERIALIZED on some rank");
+                !cfg_.parallel.overlap ? "parallel.overlap: false"
+                : !backend_->host_memory()
+                    ? (ep_.enabled() ? "no overlap under expert parallelism on a GPU yet"
+                                     : "no overlap: the gradient sums go through host memory "
+                                       "(no NCCL on some rank)")
+                : ep_.enabled() ? "no overlap: MPI without MPI_THREAD_MULTIPLE on some rank"
+                                : "no overlap: MPI without MPI_THREAD_SERIALIZED on some rank");
   }
   if (opt_->sharded()) {
     const int64_t total = model_->table().total;
@@ -359,7 +378,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     model_->zero_grad();
     // parallel.overlap: the last micro-batch's gradients are summed over the ranks block by
     // block as the backward finishes them (on_grads_ready).
-    const bool overlapped = overlap_ && micro == tc.grad_accum - 1;
+    const bool overlapped = (overlap_ || side_sums_) && micro == tc.grad_accum - 1;
     if (overlapped)
       model_->set_grad_ready([this](int64_t begin, int64_t end) { on_grads_ready(begin, end); });
     try {
@@ -369,15 +388,25 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
       model_->set_grad_ready({});
       throw;
     }
-    if (overlapped) {
+    if (overlapped && overlap_) {
       model_->set_grad_ready({});
       const ScopedRange wait_range(*backend_, "gradient sums (overlapped): wait");
       overlap_->wait();
+    } else if (overlapped) {
+      model_->set_grad_ready({});
+      side_sums_->join();
+      // NCCL waits without a timeout: wait here, under parallel.timeout_s (as reduce_gradients).
+      const ScopedRange wait_range(*backend_, "gradient sums (overlapped): wait");
+      const Communicator::WaitGuard guard(*comm_, "the NCCL gradient sum");
+      backend_->synchronize();
     } else if (tc.grad_accum > 1) {
       backend_->add_inplace(grad_acc_, model_->grads(), grad_acc_.numel());
     }
   }
-  if (!overlap_) reduce_gradients();
+  if (!overlap_ && !side_sums_)
+    reduce_gradients();
+  else if (ep_.enabled())  // the dense ranges were summed during the backward
+    model_->reduce_expert_gradients();
   for (const std::string& note : model_->take_notes()) log_.warn("step {}: {}", step + 1, note);
   if (comm_->world() > 1) comm_->all_reduce_sum(&loss_sum, 1);  // in rank order, as the grads
   loss_sum /= cfg_.parallel.world();
@@ -484,7 +513,20 @@ void Trainer::on_grads_ready(int64_t begin, int64_t end) {
     backend_->zero(gr);
     backend_->add_inplace(gr, acc, end - begin);
   }
-  overlap_->post([this, begin, end] { reduce_grad_range(begin, end); });
+  if (side_sums_) {
+    side_sums_->post(g.as<float>(), begin, end);
+    return;
+  }
+  if (!ep_.enabled()) {
+    overlap_->post([this, begin, end] { reduce_grad_range(begin, end); });
+    return;
+  }
+  // Expert parallelism: the range's dense parts only (the experts' are folded after the
+  // backward, over their expert-data-parallel group: reduce_expert_gradients).
+  for (const auto& [dense_begin, dense_end] : dense_ranges_) {
+    const int64_t a = std::max(begin, dense_begin), b = std::min(end, dense_end);
+    if (a < b) overlap_->post([this, a, b] { reduce_grad_range(a, b); });
+  }
 }
 
 void Trainer::reduce_grad_range(int64_t begin, int64_t end) {

@@ -28,6 +28,7 @@
 
 namespace eco {
 
+class SideStreamSums;
 class StepProfile;
 class StopSignals;
 
@@ -104,7 +105,7 @@ class Trainer {
   void reduce_gradients();
   // parallel.overlap, the step's last micro-batch: [begin, end) of grads() is final on this rank
   // (Transformer::set_grad_ready): folds in the earlier micro-batches' sum as reduce_gradients()
-  // does and posts the range's sum over the ranks to overlap_.
+  // does and posts the range's sum over the ranks to overlap_ (host memory) or side_sums_ (GPU).
   void on_grads_ready(int64_t begin, int64_t end);
   // The sum over the ranks of [begin, end) of grads() (host memory; the ZeRO-1 reduce-scatter's
   // part of it under zero 1): element by element what reduce_gradients() computes.
@@ -153,9 +154,11 @@ class Trainer {
   std::vector<float> grads_host_;  // device: cuda with several ranks: the sum goes through it
   std::vector<int64_t> grad_bounds_;  // ZeRO-1: the ranks' ranges of the flat gradient
   // parallel.overlap: the worker that sums gradients during the backward; null when the sum runs
-  // after it (one rank, expert parallelism, a device backend, or MPI without
-  // MPI_THREAD_SERIALIZED). Last: stopped before the buffers its jobs write.
+  // after it (one rank, expert parallelism, MPI without MPI_THREAD_SERIALIZED) or on the GPU's
+  // side stream. Last: stopped before the buffers its jobs write.
   std::unique_ptr<CommWorker> overlap_;
+  // parallel.overlap on a GPU with NCCL: the sums on the backend's side stream (null otherwise).
+  std::unique_ptr<SideStreamSums> side_sums_;
 };
 
 }  // namespace eco

@@ -9,6 +9,7 @@
 # checkpoint always holds every expert: an ep 2 run's step-5 checkpoint continued at dp 2 ends
 # where the uninterrupted run does, and dp 2 -> ep 2 too. A control (another router) differs.
 # Expert rows sized below the worst case (parallel.ep_row_factor) grow when a step routes more.
+# The dense gradient sums overlapping the backward (parallel.overlap) keep the bits.
 # Skips (77) without mpirun or in a build without MPI.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
@@ -70,6 +71,16 @@ same dp4 ep4
 run dp2_accum 2 1 --set train.grad_accum=2
 run ep2_accum 1 2 --set train.grad_accum=2
 same dp2_accum ep2_accum
+
+# parallel.overlap: each block's dense gradient sum on a worker thread during the backward, the
+# token exchanges meanwhile on the main thread (MPI_THREAD_MULTIPLE); the same bits.
+run ep2dp2_overlap 2 2 --set parallel.overlap=true
+grep -q "gradient sums overlap the backward: each block's dense parameters'" ep2dp2_overlap.log ||
+  { grep "gradient sums" ep2dp2_overlap.log; fail "ep 2 x dp 2 did not overlap the gradient sums"; }
+same dp4 ep2dp2_overlap
+run ep2_accum_overlap 1 2 --set train.grad_accum=2 --set parallel.overlap=true
+same dp2_accum ep2_accum_overlap
+echo "ok: overlapped dense gradient sums under expert parallelism keep the bits"
 
 # The control: the same ranks and sections, the selection bias moving twice as fast: another
 # training, and eco-ckpt diff says so.

@@ -122,6 +122,11 @@ for t in fp8-eco-sr int4-eco-sr bf16-mw; do
     --set train.keep_checkpoints=5
   same "one_ep4_$t" "z1_ep2dp2_$t"
 done
+# The dense reduce-scatter overlapping the backward under expert parallelism: the same bits.
+run_ep z1_ep2dp2_overlap 2 2 --set parallel.overlap=true
+grep -q "gradient sums overlap the backward: each block's dense parameters'" z1_ep2dp2_overlap.log ||
+  { grep "gradient sums" z1_ep2dp2_overlap.log; fail "ep 2 x dp 2 at zero 1 did not overlap"; }
+same one_ep4_fp8-eco-sr z1_ep2dp2_overlap
 grep -Eq "the dense ones divided over the 4 ranks, each rank's experts over the 2 that hold them; .*by rows \([1-9][0-9]* of them experts'\)" \
   z1_ep2dp2_fp8-eco-sr.log || { grep ZeRO z1_ep2dp2_fp8-eco-sr.log; fail "ep 2 x dp 2 divided no expert by rows"; }
 echo "ok: ep 2 x dp 2: $(grep -o '[0-9]* of [0-9]* parameters divided between ranks by rows ([0-9]* of them experts.)' z1_ep2dp2_fp8-eco-sr.log)"
