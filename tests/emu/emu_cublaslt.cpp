@@ -14,6 +14,10 @@
 // NaN), the bias added, and rounded once (round to nearest even) to D's type. FAST_ACCUM is
 // accepted and recorded; it does not change the emulated arithmetic.
 //
+// Streams: everything below (validation, refusals, bounds and overlap checks, the call log) is
+// done at the call, from the descriptor, layouts, algorithm and host alpha / beta as they are
+// then; only the arithmetic is work on the stream (queued on a deferred one: shim/emu_streams.h).
+//
 // Refusals (status as the library returns it; each logged in emu::lt::refusals):
 //  - attribute value of the wrong size, unknown attribute: INVALID_VALUE.
 //  - compute type other than CUBLAS_COMPUTE_32F or scale type other than CUDA_R_32F:
@@ -296,6 +300,76 @@ int64_t offset(const cublasLtMatrixLayoutOpaque_t* l, int64_t r, int64_t c) {
   return r + c * l->ld;
 }
 
+// One cublasLtMatmul's arithmetic, from what the call read: it may run later, on a deferred
+// stream, after the caller changed its descriptor, layouts or alpha / beta.
+struct Product {
+  Config cfg;
+  cublasLtMatrixLayoutOpaque_t a, b, c, d;
+  const void *A, *B, *C;
+  void* D;
+  float alpha, beta;
+  bool outer;            // OUTER_VEC_32F scales
+  const float *sa, *sb;  // A / B scale pointers
+  const void* bias;      // with cfg.bias
+};
+
+void multiply(const Product& g) {
+  const Config& cfg = g.cfg;
+  const cublasLtMatrixLayoutOpaque_t *a = &g.a, *b = &g.b, *c = &g.c, *d = &g.d;
+  const void *A = g.A, *B = g.B, *C = g.C, *bias = g.bias;
+  void* D = g.D;
+  const float alpha = g.alpha, beta = g.beta, *sa = g.sa, *sb = g.sb;
+  const bool outer = g.outer;
+  const int64_t m = cfg.m, n = cfg.n, k = cfg.k;
+  const int batch = int(cfg.batch);
+  const bool ta = cfg.trans_a == CUBLAS_OP_T, tb = cfg.trans_b == CUBLAS_OP_T;
+  // op(A) as (k, m) and op(B) as (n, k) in double, then per block of 8 columns of D and 64 rows,
+  // acc[j][r] += opA[p][r] * opB[j][p] for p = 0 .. k-1 in order (each element's sum in k order).
+  std::vector<double> opA(size_t(k * m)), opB(size_t(n * k));
+  for (int i = 0; i < batch; ++i) {
+    const int64_t a0 = i * a->stride, b0 = i * b->stride, d0 = i * d->stride;
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t r = 0; r < m; ++r)
+        opA[size_t(p * m + r)] = load(A, a->type, a0 + (ta ? offset(a, p, r) : offset(a, r, p)));
+    for (int64_t col = 0; col < n; ++col)
+      for (int64_t p = 0; p < k; ++p)
+        opB[size_t(col * k + p)] =
+            load(B, b->type, b0 + (tb ? offset(b, col, p) : offset(b, p, col)));
+    constexpr int64_t kJ = 8, kR = 64;
+    double tile[kJ][kR];
+    for (int64_t j0 = 0; j0 < n; j0 += kJ) {
+      const int64_t nj = std::min(kJ, n - j0);
+      for (int64_t r0 = 0; r0 < m; r0 += kR) {
+        const int64_t nr = std::min(kR, m - r0);
+        for (int64_t j = 0; j < nj; ++j)
+          for (int64_t r = 0; r < kR; ++r) tile[j][r] = 0.0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double* arow = &opA[size_t(p * m + r0)];
+          for (int64_t j = 0; j < nj; ++j) {
+            const double bv = opB[size_t((j0 + j) * k + p)];
+            double* t = tile[j];
+            for (int64_t r = 0; r < nr; ++r) t[r] += arow[r] * bv;
+          }
+        }
+        for (int64_t j = 0; j < nj; ++j)
+          for (int64_t r = 0; r < nr; ++r) {
+            const int64_t row = r0 + r, col = j0 + j;
+            double scale = double(alpha);
+            if (outer)
+              scale *= double(sa[row]) * double(sb[col]);
+            else if (is_fp8(cfg.a_type))
+              scale *= double(sa ? *sa : 1.0f) * double(sb ? *sb : 1.0f);
+            double v = scale * tile[j][r];
+            const int64_t di = d0 + offset(d, row, col);
+            if (beta != 0.0f) v += double(beta) * load(C, c->type, di);
+            if (cfg.bias) v += load(bias, cfg.bias_type, row);
+            store(D, d->type, di, v);
+          }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 const char* cublasLtGetStatusName(cublasStatus_t s) {
@@ -491,7 +565,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               cublasLtMatrixLayout_t b, const void* beta_p, const void* C,
                               cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t* algo, void* workspace,
-                              size_t workspace_bytes, cudaStream_t) {
+                              size_t workspace_bytes, cudaStream_t stream) {
   const char* call = "cublasLtMatmul";
   if (!h) return refuse(CUBLAS_STATUS_NOT_INITIALIZED, call, "null handle");
   Config cfg{};
@@ -537,7 +611,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, call, "emulated: C and D the same buffer only");
 
   const int64_t m = cfg.m, n = cfg.n, k = cfg.k;
-  const bool ta = cfg.trans_a == CUBLAS_OP_T, tb = cfg.trans_b == CUBLAS_OP_T;
   check_bounds(A, footprint_bytes(a, batch), "A");
   check_bounds(B, footprint_bytes(b, batch), "B");
   check_bounds(D, footprint_bytes(d, batch), "C / D");
@@ -588,51 +661,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     check_input(B, b, "B");
   }
 
-  // op(A) as (k, m) and op(B) as (n, k) in double, then per block of 8 columns of D and 64 rows,
-  // acc[j][r] += opA[p][r] * opB[j][p] for p = 0 .. k-1 in order (each element's sum in k order).
-  std::vector<double> opA(size_t(k * m)), opB(size_t(n * k)), acc;
-  for (int i = 0; i < batch; ++i) {
-    const int64_t a0 = i * a->stride, b0 = i * b->stride, d0 = i * d->stride;
-    for (int64_t p = 0; p < k; ++p)
-      for (int64_t r = 0; r < m; ++r)
-        opA[size_t(p * m + r)] = load(A, a->type, a0 + (ta ? offset(a, p, r) : offset(a, r, p)));
-    for (int64_t col = 0; col < n; ++col)
-      for (int64_t p = 0; p < k; ++p)
-        opB[size_t(col * k + p)] =
-            load(B, b->type, b0 + (tb ? offset(b, col, p) : offset(b, p, col)));
-    constexpr int64_t kJ = 8, kR = 64;
-    double tile[kJ][kR];
-    for (int64_t j0 = 0; j0 < n; j0 += kJ) {
-      const int64_t nj = std::min(kJ, n - j0);
-      for (int64_t r0 = 0; r0 < m; r0 += kR) {
-        const int64_t nr = std::min(kR, m - r0);
-        for (int64_t j = 0; j < nj; ++j)
-          for (int64_t r = 0; r < kR; ++r) tile[j][r] = 0.0;
-        for (int64_t p = 0; p < k; ++p) {
-          const double* arow = &opA[size_t(p * m + r0)];
-          for (int64_t j = 0; j < nj; ++j) {
-            const double bv = opB[size_t((j0 + j) * k + p)];
-            double* t = tile[j];
-            for (int64_t r = 0; r < nr; ++r) t[r] += arow[r] * bv;
-          }
-        }
-        for (int64_t j = 0; j < nj; ++j)
-          for (int64_t r = 0; r < nr; ++r) {
-            const int64_t row = r0 + r, col = j0 + j;
-            double scale = double(alpha);
-            if (outer)
-              scale *= double(sa[row]) * double(sb[col]);
-            else if (is_fp8(cfg.a_type))
-              scale *= double(sa ? *sa : 1.0f) * double(sb ? *sb : 1.0f);
-            double v = scale * tile[j][r];
-            const int64_t di = d0 + offset(d, row, col);
-            if (beta != 0.0f) v += double(beta) * load(C, c->type, di);
-            if (cfg.bias) v += load(desc->bias, cfg.bias_type, row);
-            store(D, d->type, di, v);
-          }
-      }
-    }
-  }
+  // The arithmetic runs on the stream (queued on a deferred one) from what this call read:
+  // layouts, descriptor fields, alpha and beta as they are now.
+  const Product p{cfg, *a, *b, *c, *d, A, B, C, D, alpha, beta, outer, sa, sb, desc->bias};
+  emu::on_stream(stream, [p] { multiply(p); });
   int32_t mode = -1;
   if (is_fp8(cfg.a_type)) mode = cfg.mode_a;
   emu::lt::calls.push_back({m, n, k, cfg.batch, cfg.trans_a, cfg.trans_b, cfg.a_type, cfg.c_type,

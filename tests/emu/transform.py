@@ -2,10 +2,13 @@
 """Rewrites a .cu / .cuh for the host emulator (tests/emu/shim/cuda_runtime.h); run at build time.
 
   kernel<<<grid, block[, 0[, stream]]>>>(args)
-      ->  emu_launch(dim3(grid), dim3(block), [&](auto&&... emu_a) { kernel(emu_a...); }, args)
+      ->  emu_launch_on(stream, dim3(grid), dim3(block),
+                        [=](auto&&... emu_a) { kernel(emu_a...); }, args)
   kernel<<<grid, block, smem[, stream]>>>(args)   (dynamic shared memory)
-      ->  emu_launch_dyn(dim3(grid), dim3(block), size_t(smem), "kernel", &kernel,
-                         [&](auto&&... emu_a) { kernel(emu_a...); }, args)
+      ->  emu_launch_dyn(stream, dim3(grid), dim3(block), size_t(smem), "kernel", &kernel,
+                         [=](auto&&... emu_a) { kernel(emu_a...); }, args)
+  (a stream left out is the legacy stream, nullptr). The body captures by copy: on a deferred
+  stream it runs after the launching function returned (a local `kernel` must not dangle).
   extern __shared__ [__align__(n)] T name[];
       ->  T* const name = emu_dynamic_smem<T, n>();   (the block's dynamic shared memory)
   asm [volatile]("mnemonic operands;" : outputs : inputs [: clobbers]);
@@ -90,14 +93,15 @@ def rewrite_launches(src):
             j += 1
         assert src[j] == '(', src[k0:j + 10]
         # the kernel's arguments follow; the call's closing parenthesis stays where it is
-        body = f'[&](auto&&... emu_a) {{ {kernel}(emu_a...); }}, '
+        body = f'[=](auto&&... emu_a) {{ {kernel}(emu_a...); }}, '
+        stream = cfg[3] if len(cfg) > 3 else 'nullptr'
         if len(cfg) > 2 and cfg[2] not in ('0', '0u'):  # dynamic shared memory: the kernel's
             # address goes along, for the cudaFuncSetAttribute opt-in check above 48 KiB (a
             # templated kernel needs its template arguments written out at such a launch)
-            out += (src[pos:k0] + f'emu_launch_dyn(dim3({cfg[0]}), dim3({cfg[1]}), '
+            out += (src[pos:k0] + f'emu_launch_dyn({stream}, dim3({cfg[0]}), dim3({cfg[1]}), '
                     f'size_t({cfg[2]}), "{kernel}", &{kernel}, ' + body)
         else:
-            out += src[pos:k0] + f'emu_launch(dim3({cfg[0]}), dim3({cfg[1]}), ' + body
+            out += src[pos:k0] + f'emu_launch_on({stream}, dim3({cfg[0]}), dim3({cfg[1]}), ' + body
         pos = j + 1
         count += 1
     return out + src[pos:], count

@@ -5,7 +5,9 @@
 // refuses per NVIDIA's cuBLAS documentation (cublasLtMatmul's FP8 requirements, the Tensor Core
 // usage rules, the scale modes per architecture, attribute sizes, ld < rows, ...) is refused here
 // with the status the library returns, and each refusal is logged with its reason
-// (emu::lt::refusals). Implementation and the rules with their sources: tests/emu/emu_cublaslt.cpp.
+// (emu::lt::refusals). cublasLtMatmul checks and reads its arguments at the call; its arithmetic
+// is work on its stream (queued when a test deferred the stream: emu_streams.h). Implementation
+// and the rules with their sources: tests/emu/emu_cublaslt.cpp.
 // The enum values are cublasLt.h's / library_types.h's.
 #pragma once
 #include <cstddef>

@@ -7,7 +7,10 @@
 // free of barriers and shuffles may run "sequential": every CUDA thread in turn on the calling
 // host thread (a barrier or shuffle in that mode aborts). Exited threads drop out of the block
 // barrier, as on the GPU; a shuffle that reads an exited lane aborts. Device memory is host
-// memory. The include directory holding this file comes first, so it replaces the real header.
+// memory. Work on a stream runs at once on the calling host thread, or, on a stream a test
+// deferred (emu::DeferStreams, emu::defer_stream), waits in the stream's queue until CUDA's
+// ordering makes it due: events, waits and synchronizations in emu_streams.h. The include
+// directory holding this file comes first, so it replaces the real header.
 #pragma once
 #ifdef __CUDA_RUNTIME_H__
 #error "the real cuda_runtime.h was included before the emulator shim"
@@ -15,7 +18,6 @@
 #define ECO_CUDA_EMU 1
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -48,17 +50,6 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4
 };
-// Streams and events (the CUDA backend's one stream, the op profiler's events): everything runs
-// synchronously on the calling thread, so a stream is a token and an event a host time stamp.
-struct CUstream_st {
-  int id;
-};
-struct CUevent_st {
-  double ms;  // host time of the last record
-  bool recorded;
-};
-typedef CUstream_st* cudaStream_t;
-typedef CUevent_st* cudaEvent_t;
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emu"; }
 inline const char* cudaGetErrorName(cudaError_t) { return "emuError"; }
@@ -130,7 +121,7 @@ inline Block* block = nullptr;
 // same time (from another host thread, or from inside a kernel) aborts.
 inline std::atomic<bool> block_launch_running{false};
 
-// Settings of the next launches (set by the tests).
+// Settings of the next launches (set by the tests; a launch takes them when it is made).
 inline bool sequential = false;      // run the next launches sequentially (no barrier allowed)
 inline bool reverse_blocks = false;  // run blocks in reverse order
 inline long launches = 0;
@@ -150,6 +141,12 @@ inline int linear_tid() {
   std::fflush(stderr);
   std::abort();
 }
+}  // namespace emu
+
+// Streams and events: immediate, or deferred by a test (emu_streams.h).
+#include "emu_streams.h"
+
+namespace emu {
 
 // Arrives at barrier b and waits for the phase to complete, the block's other fibers running
 // meanwhile (op: the operation waiting, for a deadlock's message).
@@ -278,30 +275,29 @@ namespace emu {
 }
 }  // namespace emu
 
-// The transform turns kernel<<<grid, block>>>(args) into
-// emu_launch(grid, block, [&](auto&&... a) { kernel(a...); }, args): the arguments are copied
-// once at the launch (as CUDA does) and every thread calls the kernel with its own copies (a
-// kernel may modify its by-value parameters); a templated kernel deduces its arguments as in CUDA.
-// emu_launch_smem: the same with smem bytes of dynamic shared memory per block.
-template <class K, class... A>
-void emu_launch_smem(dim3 grid, dim3 block, size_t smem, K kernel, A&&... a) {
-  using Args = std::tuple<std::decay_t<A>...>;
-  const Args args(std::forward<A>(a)...);
-  ++emu::launches;
+namespace emu {
+// A launch as made: its shape and the settings in force then (it may run later, queued on a
+// deferred stream).
+struct Launch {
+  dim3 grid, block;
+  size_t smem;
+  bool sequential, reverse_blocks;
+};
+
+// Runs launch l: its blocks one after another, each block's threads as fibers (or in turn, for a
+// sequential launch), every thread calling kernel with its own copies of args.
+template <class K, class Args>
+void run_launch(const Launch& l, const K& kernel, const Args& args) {
+  const dim3 grid = l.grid, block = l.block;
+  const size_t smem = l.smem;
   const unsigned n = block.x * block.y * block.z;
-  if (n == 0 || n > 1024) emu::die("block size must be 1..1024");
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) emu::die("empty grid");
-  if (grid.y > 65535 || grid.z > 65535) emu::die("grid.y / grid.z above 65535");
-  if (block.z > 64) emu::die("block.z above 64");
   const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
   auto block_index = [&](uint64_t k) {
-    if (emu::reverse_blocks) k = blocks - 1 - k;
+    if (l.reverse_blocks) k = blocks - 1 - k;
     return uint3{unsigned(k % grid.x), unsigned(k / grid.x % grid.y),
                  unsigned(k / (uint64_t(grid.x) * grid.y))};
   };
-  if (emu::self) emu::die("a launch from inside a kernel");
-  if (emu::sequential) {
-    if (smem) emu::die("dynamic shared memory in a sequential launch");
+  if (l.sequential) {
     emu::CudaThread t;
     t.sequential = true;
     t.bDim = block;
@@ -373,9 +369,43 @@ void emu_launch_smem(dim3 grid, dim3 block, size_t smem, K kernel, A&&... a) {
   emu::block = nullptr;
   emu::block_launch_running.store(false);
 }
+
+// A launch on stream s: checked, counted and its arguments copied now (as CUDA copies them at the
+// launch; a kernel may modify its by-value parameters, each thread its own copy), run now or
+// when a deferred stream gets to it.
+template <class K, class... A>
+void launch(cudaStream_t s, dim3 grid, dim3 block, size_t smem, K kernel, A&&... a) {
+  const unsigned n = block.x * block.y * block.z;
+  if (n == 0 || n > 1024) die("block size must be 1..1024");
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) die("empty grid");
+  if (grid.y > 65535 || grid.z > 65535) die("grid.y / grid.z above 65535");
+  if (block.z > 64) die("block.z above 64");
+  if (self) die("a launch from inside a kernel");
+  if (sequential && smem) die("dynamic shared memory in a sequential launch");
+  ++launches;
+  const Launch l{grid, block, smem, sequential, reverse_blocks};
+  on_stream(s, [l, kernel, args = std::tuple<std::decay_t<A>...>(std::forward<A>(a)...)] {
+    run_launch(l, kernel, args);
+  });
+}
+}  // namespace emu
+
+// The transform turns kernel<<<grid, block, 0, stream>>>(args) into
+// emu_launch_on(stream, grid, block, [=](auto&&... a) { kernel(a...); }, args) (a stream left out
+// is the legacy stream, nullptr); a templated kernel deduces its arguments as in CUDA.
+// emu_launch: the same on the legacy stream; emu_launch_smem: with smem bytes of dynamic shared
+// memory per block, on the legacy stream.
+template <class K, class... A>
+void emu_launch_on(cudaStream_t s, dim3 grid, dim3 block, K kernel, A&&... a) {
+  emu::launch(s, grid, block, 0, kernel, std::forward<A>(a)...);
+}
 template <class K, class... A>
 void emu_launch(dim3 grid, dim3 block, K kernel, A&&... a) {
-  emu_launch_smem(grid, block, 0, kernel, std::forward<A>(a)...);
+  emu::launch(nullptr, grid, block, 0, kernel, std::forward<A>(a)...);
+}
+template <class K, class... A>
+void emu_launch_smem(dim3 grid, dim3 block, size_t smem, K kernel, A&&... a) {
+  emu::launch(nullptr, grid, block, smem, kernel, std::forward<A>(a)...);
 }
 
 // First in the body of every kernel declared __launch_bounds__(max_threads) (the transform puts
@@ -411,10 +441,10 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
   return cudaSuccess;
 }
 // The transform's form of kernel<<<grid, block, smem, stream>>>(args), smem != 0 (name: the
-// kernel as written, for the log).
+// kernel as written, for the log); without the stream, on the legacy stream.
 template <class F, class K, class... A>
-void emu_launch_dyn(dim3 grid, dim3 block, size_t smem, const char* name, F* fn, K kernel,
-                    A&&... a) {
+void emu_launch_dyn(cudaStream_t s, dim3 grid, dim3 block, size_t smem, const char* name, F* fn,
+                    K kernel, A&&... a) {
   if (smem > emu::kMaxDynamicSmem)
     emu::fatal("%s: %zu bytes of dynamic shared memory, above sm_90's %zu", name, smem,
                emu::kMaxDynamicSmem);
@@ -426,7 +456,12 @@ void emu_launch_dyn(dim3 grid, dim3 block, size_t smem, const char* name, F* fn,
                  name, smem);
   }
   emu::smem_launches.push_back({name, smem});
-  emu_launch_smem(grid, block, smem, kernel, std::forward<A>(a)...);
+  emu::launch(s, grid, block, smem, kernel, std::forward<A>(a)...);
+}
+template <class F, class K, class... A>
+void emu_launch_dyn(dim3 grid, dim3 block, size_t smem, const char* name, F* fn, K kernel,
+                    A&&... a) {
+  emu_launch_dyn(nullptr, grid, block, smem, name, fn, kernel, std::forward<A>(a)...);
 }
 
 // Device memory is host memory, filled with 0xFF by cudaMalloc. Live allocations are recorded (address -> bytes), so
@@ -451,71 +486,35 @@ inline cudaError_t cudaMalloc(void** p, size_t n) {
   emu::allocations[reinterpret_cast<uintptr_t>(*p)] = n;
   return cudaSuccess;
 }
+// cudaFree, cudaMemcpy and cudaMemset wait for every stream (of this host thread: its deferred
+// queues run first); the Async forms are work on their stream.
 inline cudaError_t cudaFree(void* p) {
+  emu::run_thread_queues();
   if (!p) return cudaSuccess;
   if (!emu::allocations.erase(reinterpret_cast<uintptr_t>(p))) return cudaErrorInvalidValue;
   std::free(p);
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  emu::run_thread_queues();
   std::memcpy(d, s, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k,
-                                   cudaStream_t = nullptr) {
-  return cudaMemcpy(d, s, n, k);
-}
-inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) {
-  std::memset(p, v, n);
-  return cudaSuccess;
-}
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+  emu::run_thread_queues();
   std::memset(p, v, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-
-namespace emu {
-inline long streams_alive = 0, events_alive = 0;
-inline double host_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace emu
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = new CUstream_st{int(++emu::streams_alive)};
+// Queued on a deferred stream, the copy reads its source when the queue reaches it, whatever
+// memory the host side is (CUDA's "might be synchronous" for pageable memory, taken at its
+// weakest).
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind,
+                                   cudaStream_t stream = nullptr) {
+  emu::on_stream(stream, [d, s, n] { std::memcpy(d, s, n); });
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  if (!s) return cudaErrorInvalidValue;
-  delete s;
-  --emu::streams_alive;
-  return cudaSuccess;
-}
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = new CUevent_st{0.0, false};
-  ++emu::events_alive;
-  return cudaSuccess;
-}
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  if (!e) return cudaErrorInvalidValue;
-  delete e;
-  --emu::events_alive;
-  return cudaSuccess;
-}
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
-  if (!e) return cudaErrorInvalidValue;
-  *e = {emu::host_ms(), true};
-  return cudaSuccess;
-}
-inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  return e ? cudaSuccess : cudaErrorInvalidValue;
-}
-inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
-  if (!a || !b || !a->recorded || !b->recorded) return cudaErrorInvalidValue;
-  *ms = float(b->ms - a->ms);
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t stream = nullptr) {
+  emu::on_stream(stream, [p, v, n] { std::memset(p, v, n); });
   return cudaSuccess;
 }
 

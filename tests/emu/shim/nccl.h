@@ -11,8 +11,14 @@
 //    collectives apart; a message whose size differs from its receive's aborts (NCCL would hang
 //    or corrupt), and so does a buffer outside cudaMalloc'd memory or a receive that waits 30 s;
 //  - ncclCommDestroy with undelivered messages for the rank aborts.
-// Streams are synchronous, as in the rest of the emulator.
+// Streams (cuda_runtime.h, emu_streams.h): a group whose operations are all on one stream is work
+// on that stream: at ncclGroupEnd when the stream is not deferred; on a deferred stream queued as
+// one item, run (posts, then receives waiting for the peers, the other ranks having their turn
+// meanwhile) when the rank's host thread makes the queue run. So messages are posted, and match,
+// in the order the ranks' queues run. A group over several streams runs at ncclGroupEnd, after
+// those streams' queues.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -138,6 +144,7 @@ struct Op {
   void* dst;
   size_t bytes;
   int peer;  // Send / Recv: the other rank; Broadcast: the root
+  cudaStream_t stream;
 };
 
 }  // namespace emu::nccl
@@ -150,12 +157,11 @@ typedef struct ncclComm* ncclComm_t;
 
 namespace emu::nccl {
 inline thread_local int group_depth = 0;
-inline thread_local std::vector<std::pair<ncclComm_t, Op>> pending;
+using Group = std::vector<std::pair<ncclComm_t, Op>>;
+inline thread_local Group pending;
 
-inline void run_group() {
-  ++groups;
-  std::vector<std::pair<ncclComm_t, Op>> ops;
-  ops.swap(pending);
+// Runs the operations of a group: posts, then receives (waiting for the peers).
+inline void run_group(const Group& ops) {
   for (auto& [c, op] : ops) {  // post
     World& w = *c->world;
     if (op.kind == OpKind::Send) {
@@ -184,6 +190,23 @@ inline void run_group() {
   }
 }
 
+// A group ends (or a lone operation is called): work on its stream, queued as one item on a
+// deferred stream. A group over several streams runs at once, after the deferred queues among
+// them (and, with the legacy stream among them, every deferred queue of the thread).
+inline void end_group() {
+  ++groups;
+  Group ops;
+  ops.swap(pending);
+  if (ops.empty()) return;
+  const cudaStream_t s = ops.front().second.stream;
+  if (std::all_of(ops.begin(), ops.end(), [s](const auto& o) { return o.second.stream == s; })) {
+    emu::on_stream(s, [ops = std::move(ops)] { run_group(ops); });
+    return;
+  }
+  for (const auto& o : ops) cudaStreamSynchronize(o.second.stream);
+  run_group(ops);
+}
+
 // The rank's communicator goes; the world with the last one.
 inline void leave(ncclComm_t comm) {
   if (--comm->world->alive == 0)
@@ -201,7 +224,7 @@ inline ncclResult_t enqueue(ncclComm_t comm, Op op, const char* what) {
     if (op.dst) check_device(op.dst, op.bytes, what);
   }
   pending.emplace_back(comm, op);
-  if (group_depth == 0) run_group();
+  if (group_depth == 0) end_group();
   return ncclSuccess;
 }
 }  // namespace emu::nccl
@@ -265,31 +288,31 @@ inline ncclResult_t ncclGroupStart() {
 inline ncclResult_t ncclGroupEnd() {
   using namespace emu::nccl;
   if (group_depth == 0) return ncclInvalidUsage;
-  if (--group_depth == 0) run_group();
+  if (--group_depth == 0) end_group();
   return ncclSuccess;
 }
 
 inline ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer,
-                             ncclComm_t comm, cudaStream_t) {
+                             ncclComm_t comm, cudaStream_t s) {
   ++emu::nccl::sends;
   return emu::nccl::enqueue(
-      comm, {emu::nccl::OpKind::Send, buf, nullptr, count * emu::nccl::type_size(t), peer},
+      comm, {emu::nccl::OpKind::Send, buf, nullptr, count * emu::nccl::type_size(t), peer, s},
       "ncclSend");
 }
 inline ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer,
-                             ncclComm_t comm, cudaStream_t) {
+                             ncclComm_t comm, cudaStream_t s) {
   ++emu::nccl::recvs;
   return emu::nccl::enqueue(
-      comm, {emu::nccl::OpKind::Recv, nullptr, buf, count * emu::nccl::type_size(t), peer},
+      comm, {emu::nccl::OpKind::Recv, nullptr, buf, count * emu::nccl::type_size(t), peer, s},
       "ncclRecv");
 }
 // sendbuff is read on the root only; sendbuff == recvbuff is in place.
 inline ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                                  ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t) {
+                                  ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t s) {
   ++emu::nccl::broadcasts;
   const bool is_root = comm && comm->rank == root;
   return emu::nccl::enqueue(comm,
                             {emu::nccl::OpKind::Broadcast, is_root ? sendbuff : nullptr, recvbuff,
-                             count * emu::nccl::type_size(t), root},
+                             count * emu::nccl::type_size(t), root, s},
                             "ncclBroadcast");
 }
