@@ -24,11 +24,9 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/memory_ledger.h"
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "dist/device_communicator.h"
-#include "kernels/cuda/nccl_communicator.h"
 #include "model/backend.h"
 #include "model/expert_parallel.h"
 #include "model/transformer.h"
@@ -93,21 +91,16 @@ std::vector<std::array<RankResult, 2>> run_world(int dp, int ep) {
           o.host_gathers = edp_comm.all_gathers - gathers;
         };
         step(out[size_t(r)][0]);
-        // In the trainer's order: the expert-parallel group's, then (dp > 1) the other's. (The
-        // emulator's streams are synchronous: any stream is the backend's.)
-        MemoryLedger ledger;
-        cudaStream_t stream = nullptr;
-        ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-        std::unique_ptr<DeviceCommunicator> ep_dev = cuda::make_nccl_communicator(ep_comm, stream,
-                                                                                  ledger);
+        // In the trainer's order: the expert-parallel group's, then (dp > 1) the other's, on the
+        // backend's stream (as the trainer makes them).
+        std::unique_ptr<DeviceCommunicator> ep_dev = make_nccl_communicator(ep_comm, *be);
         std::unique_ptr<DeviceCommunicator> edp_dev;
-        if (dp > 1) edp_dev = cuda::make_nccl_communicator(edp_comm, stream, ledger);
+        if (dp > 1) edp_dev = make_nccl_communicator(edp_comm, *be);
         model.set_expert_device_communicators(ep_dev.get(), edp_dev.get());
         step(out[size_t(r)][1]);
         model.set_expert_device_communicators(nullptr, nullptr);
         ep_dev.reset();
         edp_dev.reset();
-        cudaStreamDestroy(stream);
       },
       &errors);
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;

@@ -200,6 +200,13 @@ inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
   ++emu::events_alive;
   return cudaSuccess;
 }
+// Flags: cudaEventDisableTiming (an event for ordering only; cudaEventElapsedTime refuses it on
+// a GPU) is accepted and changes nothing here.
+enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
+  if (flags & ~3u) return cudaErrorInvalidValue;
+  return cudaEventCreate(e);
+}
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidValue;
   delete e;
