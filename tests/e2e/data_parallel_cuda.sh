@@ -6,8 +6,8 @@
 # codes and scales all-gathered through host memory, ends byte-identical too, and so does
 # expert parallelism (ep 2) against dp 2 on a sparse MoE whose every expert GEMM takes the FP8
 # path (16-row segments). Where each rank has its own GPU the same runs go GPU to GPU over NCCL
-# (the gradient sums, ZeRO-1's all-gather, the ep run's token exchange); the ep line says which
-# way its tokens went, from the run log.
+# (the gradient sums, ZeRO-1's all-gather, the ep run's token exchange, parallel.overlap's sums on
+# the side stream); the ep and overlap lines say which way the data went, from the run log.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
@@ -36,6 +36,14 @@ for t in bf16-mw fp8-eco-sr; do
     { cat "diff_$t.txt"; fail "$t: 2 CUDA ranks differ from one rank accumulating 2"; }
   echo "ok: $t on CUDA, 2 ranks == 1 rank x 2 micro-batches ($(tail -1 "diff_$t.txt"))"
 done
+# parallel.overlap: over NCCL (a GPU per rank) the sums run on the side stream during the
+# backward; through host memory (ranks sharing a GPU) they run after it. The same bits either way.
+run dp2_overlap 2 --set precision.treatment=fp8-eco-sr --set parallel.overlap=true
+"$CKPT" diff "$WORK/one_fp8-eco-sr/ckpt_00000010.bin" "$WORK/dp2_overlap/ckpt_00000010.bin" \
+  >diff_overlap.txt || { cat diff_overlap.txt; fail "overlapped sums on 2 CUDA ranks differ"; }
+how=$(grep -o "gradient sums overlap the backward: .* by NCCL on a second CUDA stream\|gradient sums after the backward ([^)]*)" dp2_overlap.log | head -1 || true)
+[ -n "$how" ] || { cat dp2_overlap.log; fail "dp2_overlap: the log does not say how the sums ran"; }
+echo "ok: fp8-eco-sr on CUDA with parallel.overlap, 2 ranks == 1 rank x 2 micro-batches: $how"
 rm -rf "$WORK/dp2_fp8-eco-sr"
 run dp2_fp8-eco-sr 2 --set precision.treatment=fp8-eco-sr --set parallel.zero=1
 "$CKPT" diff "$WORK/one_fp8-eco-sr/ckpt_00000010.bin" "$WORK/dp2_fp8-eco-sr/ckpt_00000010.bin" \
