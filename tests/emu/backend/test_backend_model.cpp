@@ -207,15 +207,16 @@ TEST(EmuCudaBackend, Gemma3Fp8EcoSrTrainingOnTheMmaPathFollowsCpu) {
   check_gemma3_training("fp8-eco-sr", 2, "mma");
 }
 
-// The host side: every NVTX range popped, the stream and the profiler's events released with
-// the backend, and the profile names the operations that ran.
+// The host side: every NVTX range popped, the streams (compute and side) and the events (the
+// profiler's, side_fork's and side_join's) released with the backend, and the profile names the
+// operations that ran.
 TEST(EmuCudaBackend, ProfilesBalancesRangesAndReleasesStreamsAndEvents) {
   const long streams = emu::streams_alive, events = emu::events_alive;
   const long allocations = long(emu::allocations.size());
   {
     const Config c = tiny("bf16-mw", 1);
     ModelRun gpu = make_run(make_cuda_backend(), c);
-    EXPECT_EQ(emu::streams_alive, streams + 1);
+    EXPECT_EQ(emu::streams_alive, streams + 2);
     gpu.be->set_profiling(true);
     const long pushes = emu::nvtx_pushes;
     train(gpu, c, 1);
