@@ -1,12 +1,16 @@
 // The host communicator of tests/emu/backend's multi-rank tests: the ranks are emu::nccl's rank
-// threads (shim/nccl.h, one running at a time), and a group's collectives meet on a GroupBoard.
-// It implements what those tests ask of it: all_gather, all_to_all_v, and broadcast (the NCCL
-// unique id); anything else aborts, naming the test's mistake.
+// threads (shim/nccl.h, one running at a time), and a group's collectives meet on a GroupBoard
+// (every rank's bytes of a call kept, in memory, for the test's life: tiny models only). Every
+// collective of dist/communicator.h, with MpiCommunicator's results: sums in rank order from 0,
+// split groups ranked by key then rank; the byte counters approximately (tests do not compare
+// them). One thread per rank calls it (any_thread() false: the trainer uses no worker).
 #pragma once
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,7 +20,8 @@
 
 namespace eco {
 
-// The collectives of one group so far: call k -> each rank's bytes (and all_to_all_v's counts).
+// The collectives of one group so far: call k -> each rank's bytes (and all_to_all_v's counts,
+// split's color and key); the groups split off it, by (call, color).
 struct GroupBoard {
   struct Call {
     std::vector<std::vector<unsigned char>> data;
@@ -24,6 +29,7 @@ struct GroupBoard {
     int posted = 0;
   };
   std::map<int64_t, Call> calls;
+  std::map<std::pair<int64_t, int>, std::unique_ptr<GroupBoard>> children;
 };
 
 class ThreadGroup final : public Communicator {
@@ -32,10 +38,14 @@ class ThreadGroup final : public Communicator {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   std::string name() const override { return "threads"; }
+  // The ranks take turns on the emulator (shim/nccl.h): only the rank's own thread may call.
+  bool any_thread() const override { return false; }
+  bool concurrent() const override { return false; }
 
   void broadcast(void* data, int64_t bytes, int root) override {
     const GroupBoard::Call& c = post(rank_ == root ? data : nullptr, rank_ == root ? bytes : 0, {});
     if (rank_ != root) std::memcpy(data, c.data[size_t(root)].data(), size_t(bytes));
+    if (rank_ == root && world_ > 1) bytes_.broadcast += bytes;
   }
   void all_gather(void* out, const void* in, int64_t bytes) override {
     const GroupBoard::Call& c = post(in, bytes, {});
@@ -63,21 +73,87 @@ class ThreadGroup final : public Communicator {
     }
     ++all_to_alls;
   }
-  void all_reduce_sum(float*, int64_t) override { unused(); }
-  void all_reduce_sum(double*, int64_t) override { unused(); }
-  void all_reduce_sum(int64_t*, int64_t) override { unused(); }
-  void all_reduce_max(double*, int64_t) override { unused(); }
-  void reduce_scatter_sum(float*, const std::vector<int64_t>&) override { unused(); }
-  void all_gather(void*, const std::vector<int64_t>&) override { unused(); }
-  void gather(void*, const std::vector<int64_t>&, int) override { unused(); }
-  std::unique_ptr<Communicator> split(int, int) override { unused(); }
-  void barrier() override { unused(); }
-  [[noreturn]] void abort(int) override { unused(); }
+  // Sums in rank order from zero, element by element: ((0 + x_0) + x_1) + ..., as
+  // MpiCommunicator adds them.
+  void all_reduce_sum(float* x, int64_t n) override { all_reduce(x, n, Sum{}); }
+  void all_reduce_sum(double* x, int64_t n) override { all_reduce(x, n, Sum{}); }
+  void all_reduce_sum(int64_t* x, int64_t n) override { all_reduce(x, n, Sum{}); }
+  void all_reduce_max(double* x, int64_t n) override { all_reduce(x, n, Max{}); }
+  void reduce_scatter_sum(float* x, const std::vector<int64_t>& bounds) override {
+    check_bounds(bounds, world_, bounds.back(), "reduce_scatter_sum");
+    const int64_t begin = bounds[size_t(rank_)], end = bounds[size_t(rank_) + 1];
+    fold(x, bounds.back(), begin, end, Sum{});
+    bytes_.reduce_scatter += (bounds.back() - (end - begin)) * int64_t(sizeof(float));
+  }
+  void all_gather(void* buf, const std::vector<int64_t>& byte_bounds) override {
+    gather_ranges(buf, byte_bounds, -1);
+  }
+  void gather(void* buf, const std::vector<int64_t>& byte_bounds, int root) override {
+    gather_ranges(buf, byte_bounds, root);
+  }
+  // The ranks passing the same color form a group on a board of its own, ranked by key, then
+  // by their rank here.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    check_split_color(color);
+    const int64_t call = calls_;
+    const GroupBoard::Call& c = post(nullptr, 0, {color, key});
+    std::vector<std::pair<int64_t, int>> members;  // (key, rank) of this color
+    for (int q = 0; q < world_; ++q)
+      if (c.counts[size_t(q)][0] == color) members.emplace_back(c.counts[size_t(q)][1], q);
+    std::sort(members.begin(), members.end());
+    int me = 0;
+    while (members[size_t(me)].second != rank_) ++me;
+    std::unique_ptr<GroupBoard>& child = board_.children[{call, color}];
+    if (!child) child = std::make_unique<GroupBoard>();
+    return std::make_unique<ThreadGroup>(me, int(members.size()), *child);
+  }
+  void barrier() override { post(nullptr, 0, {}); }
+  [[noreturn]] void abort(int code) override {
+    emu::nccl::fail("rank " + std::to_string(rank_) + " aborted the run, exit code " +
+                    std::to_string(code));
+  }
 
   long all_gathers = 0, all_to_alls = 0;
 
  private:
-  [[noreturn]] static void unused() { emu::nccl::fail("the model asked the group for more"); }
+  struct Sum {  // from zero: ((0 + x_0) + x_1) + ...
+    template <class T>
+    T operator()(const T* acc, T x) const { return (acc ? *acc : T(0)) + x; }
+  };
+  struct Max {  // from rank 0's
+    template <class T>
+    T operator()(const T* acc, T x) const { return acc && *acc > x ? *acc : x; }
+  };
+  // x[begin, end) = op over the ranks' x (n elements each), in rank order.
+  template <class T, class Op>
+  void fold(T* x, int64_t n, int64_t begin, int64_t end, Op op) {
+    const GroupBoard::Call& c = post(x, n * int64_t(sizeof(T)), {});
+    std::vector<T> acc(size_t(end - begin));
+    for (int q = 0; q < world_; ++q) {
+      const T* xq = reinterpret_cast<const T*>(c.data[size_t(q)].data());
+      for (int64_t i = begin; i < end; ++i)
+        acc[size_t(i - begin)] = op(q == 0 ? nullptr : &acc[size_t(i - begin)], xq[i]);
+    }
+    std::copy(acc.begin(), acc.end(), x + begin);
+  }
+  template <class T, class Op>
+  void all_reduce(T* x, int64_t n, Op op) {
+    fold(x, n, 0, n, op);
+    bytes_.all_reduce += 2 * (n - n / world_) * int64_t(sizeof(T));  // a ring's, about
+  }
+  // Every rank's range [bb[q], bb[q + 1]) of buf reaches every rank (root < 0) or root.
+  void gather_ranges(void* buf, const std::vector<int64_t>& bb, int root) {
+    check_bounds(bb, world_, bb.back(), root < 0 ? "all_gather" : "gather");
+    auto* p = static_cast<unsigned char*>(buf);
+    const GroupBoard::Call& c = post(p + bb[size_t(rank_)], bb[size_t(rank_) + 1] - bb[size_t(rank_)], {});
+    if (root < 0 || root == rank_)
+      for (int q = 0; q < world_; ++q)
+        if (q != rank_ && !c.data[size_t(q)].empty())
+          std::memcpy(p + bb[size_t(q)], c.data[size_t(q)].data(), c.data[size_t(q)].size());
+    const int64_t mine = bb[size_t(rank_) + 1] - bb[size_t(rank_)];
+    (root < 0 ? bytes_.all_gather : bytes_.gather) += root < 0 ? mine * (world_ - 1)
+                                                               : (rank_ == root ? 0 : mine);
+  }
   // Posts this rank's bytes for the group's next call and waits for every rank's.
   const GroupBoard::Call& post(const void* p, int64_t bytes, const std::vector<int64_t>& counts) {
     GroupBoard::Call& c = board_.calls[calls_++];

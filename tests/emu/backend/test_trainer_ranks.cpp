@@ -1,0 +1,170 @@
+// The trainer itself on 2 ranks of the emulated CUDA backend (issue 14's CUDA paths, which no
+// GPU has run yet): the ranks are the emulated NCCL's rank threads (shim/nccl.h), their host
+// communicator a ThreadGroup (thread_group.h), and eco::Trainer picks NCCL as on a machine with
+// a GPU per rank. A tiny Llama under fp8-eco-sr, 4 steps: the final checkpoint of 2 ranks must
+// equal, section by section, one rank's accumulating 2 micro-batches a step, with the gradient
+// sums after the backward, overlapping it on the side stream (parallel.overlap; the side stream
+// deferred, then the compute stream deferred: emu::DeferStreams), and under ZeRO-1 (the
+// reduce-scatter and the all-gather of codes and scales over NCCL), overlapped too. The log says
+// which way each run summed.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <nccl.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+#include "thread_group.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace eco {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kSteps = 4;
+
+Config tiny(const std::string& extra) {
+  return parse_config(
+      "device: cuda\n"
+      "model: {family: llama, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16}\n"
+      "data: {source: synthetic}\n"
+      "precision: {treatment: fp8-eco-sr}\n"
+      "train: {batch_size: 2, max_steps: " + std::to_string(kSteps) +
+          ", checkpoint_interval: " + std::to_string(kSteps) +
+          ", log_interval: 1, eval_batches: 1, sample_tokens: 0}\n" + extra,
+      "test_trainer_ranks");
+}
+
+// The log lines of the runs since the last take (every rank's; spdlog's default logger).
+class LogTap {
+ public:
+  LogTap() : sink_(std::make_shared<Sink>()) { spdlog::default_logger()->sinks().push_back(sink_); }
+  ~LogTap() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::find(sinks.begin(), sinks.end(), sink_));
+  }
+  std::string take() { return sink_->take(); }
+
+ private:
+  class Sink final : public spdlog::sinks::base_sink<std::mutex> {
+   public:
+    std::string take() {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      return std::exchange(text_, std::string());
+    }
+
+   protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+      spdlog::memory_buf_t line;
+      formatter_->format(msg, line);
+      text_.append(line.data(), line.size());
+    }
+    void flush_() override {}
+
+   private:
+    std::string text_;
+  };
+  std::shared_ptr<Sink> sink_;
+};
+
+class EmuTrainerRanks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("eco-emu-ranks-" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // One rank accumulating `accum` micro-batches a step.
+  CheckpointState one(const std::string& name, const std::string& extra, int accum) {
+    Config c = tiny(extra);
+    c.train.grad_accum = accum;
+    c.train.out_dir = (dir_ / name).string();
+    {
+      Trainer t(c);
+      EXPECT_EQ(t.run(RunOptions{}), 0) << name;
+    }
+    return load_checkpoint((dir_ / name / checkpoint_name(kSteps)).string());
+  }
+  // `world` ranks (parallel.dp), each a rank thread, the streams `defer` deferred on each.
+  CheckpointState ranks(const std::string& name, const std::string& extra, int world,
+                        std::set<int> defer) {
+    Config c = tiny(extra);
+    c.parallel.dp = world;
+    c.train.out_dir = (dir_ / name).string();
+    GroupBoard board;
+    std::vector<std::string> errors;
+    {
+      const emu::DeferStreams deferred(std::move(defer));
+      emu::nccl::run_ranks(
+          world,
+          [&](int r) {
+            ThreadGroup comm(r, world, board);
+            Trainer t(c, RunContext{r, world}, &comm);
+            EXPECT_EQ(t.run(RunOptions{}), 0) << name << ": rank " << r;
+          },
+          &errors);
+    }
+    for (int r = 0; r < world; ++r) EXPECT_EQ(errors[size_t(r)], "") << name << ": rank " << r;
+    return load_checkpoint((dir_ / name / checkpoint_name(kSteps)).string());
+  }
+
+  fs::path dir_;
+  LogTap log_;
+};
+
+// Sections that differ between two checkpoints (their names).
+std::string differing(const CheckpointState& a, const CheckpointState& b) {
+  if (a.sections.size() != b.sections.size()) return "a different number of sections";
+  std::string out;
+  for (size_t i = 0; i < a.sections.size(); ++i)
+    if (a.sections[i].first != b.sections[i].first || !(a.sections[i].second == b.sections[i].second))
+      out += " " + a.sections[i].first;
+  return out;
+}
+
+TEST_F(EmuTrainerRanks, TwoCudaRanksOverNcclEqualOneRankAccumulating) {
+  const CheckpointState ref = one("one", "", 2);
+  log_.take();
+  struct Case {
+    const char* name;
+    const char* extra;
+    std::set<int> defer;
+    const char* says;  // in the log
+  };
+  const Case cases[] = {
+      {"after", "", {}, "gradient sums after the backward (parallel.overlap: false)"},
+      {"overlap_side_deferred", "parallel: {overlap: true}\n", {2},
+       "by NCCL on a second CUDA stream"},
+      {"overlap_compute_deferred", "parallel: {overlap: true}\n", {1},
+       "by NCCL on a second CUDA stream"},
+      {"zero1", "parallel: {zero: 1}\n", {}, "ZeRO-1: each rank updates"},
+      {"zero1_overlap", "parallel: {zero: 1, overlap: true}\n", {2},
+       "by NCCL on a second CUDA stream"},
+  };
+  for (const Case& k : cases) {
+    const CheckpointState got = ranks(k.name, k.extra, 2, k.defer);
+    EXPECT_EQ(differing(ref, got), "") << k.name << ": sections differ from one rank's";
+    const std::string log = log_.take();
+    EXPECT_NE(log.find("device collectives: NCCL"), std::string::npos) << k.name << ":\n" << log;
+    EXPECT_NE(log.find(k.says), std::string::npos) << k.name << ": the log does not say '"
+                                                   << k.says << "':\n" << log;
+    std::printf("[   emu    ] %s: 2 CUDA ranks over NCCL == 1 rank accumulating 2 (%zu sections)\n",
+                k.name, got.sections.size());
+  }
+}
+
+}  // namespace
+}  // namespace eco
