@@ -35,12 +35,21 @@ namespace fs = std::filesystem;
 
 constexpr int kSteps = 4;
 
-Config tiny(const std::string& extra) {
+const char* const kLlama =
+    "{family: llama, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16}";
+// An SMoE: 4 experts, top-2, FP8 experts on 16-row segments.
+const char* const kSmoe =
+    "{family: gpt2, n_layer: 1, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16,\n"
+    "  moe: {n_experts: 4, top_k: 2, expert_hidden: 32}}";
+
+// The model (kLlama or kSmoe), fp8-eco-sr (on the experts only for the SMoE), `extra` lines.
+Config tiny(const std::string& extra, const char* model = kLlama) {
+  const bool moe = model == kSmoe;
   return parse_config(
       "device: cuda\n"
-      "model: {family: llama, n_layer: 2, n_head: 2, d_model: 32, vocab_size: 97, seq_len: 16}\n"
+      "model: " + std::string(model) + "\n"
       "data: {source: synthetic}\n"
-      "precision: {treatment: fp8-eco-sr}\n"
+      "precision: {treatment: fp8-eco-sr" + (moe ? ", quantize: experts" : "") + "}\n"
       "train: {batch_size: 2, max_steps: " + std::to_string(kSteps) +
           ", checkpoint_interval: " + std::to_string(kSteps) +
           ", log_interval: 1, eval_batches: 1, sample_tokens: 0}\n" + extra,
@@ -88,8 +97,9 @@ class EmuTrainerRanks : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // One rank accumulating `accum` micro-batches a step.
-  CheckpointState one(const std::string& name, const std::string& extra, int accum) {
-    Config c = tiny(extra);
+  CheckpointState one(const std::string& name, const std::string& extra, int accum,
+                      const char* model = kLlama) {
+    Config c = tiny(extra, model);
     c.train.grad_accum = accum;
     c.train.out_dir = (dir_ / name).string();
     {
@@ -98,11 +108,11 @@ class EmuTrainerRanks : public ::testing::Test {
     }
     return load_checkpoint((dir_ / name / checkpoint_name(kSteps)).string());
   }
-  // `world` ranks (parallel.dp), each a rank thread, the streams `defer` deferred on each.
+  // `world` ranks (parallel.dp x parallel.ep), each a rank thread, the streams `defer` deferred on each.
   CheckpointState ranks(const std::string& name, const std::string& extra, int world,
-                        std::set<int> defer) {
-    Config c = tiny(extra);
-    c.parallel.dp = world;
+                        std::set<int> defer, const char* model = kLlama) {
+    Config c = tiny(extra, model);
+    c.parallel.dp = world / c.parallel.ep;
     c.train.out_dir = (dir_ / name).string();
     GroupBoard board;
     std::vector<std::string> errors;
@@ -161,9 +171,36 @@ TEST_F(EmuTrainerRanks, TwoCudaRanksOverNcclEqualOneRankAccumulating) {
     EXPECT_NE(log.find("device collectives: NCCL"), std::string::npos) << k.name << ":\n" << log;
     EXPECT_NE(log.find(k.says), std::string::npos) << k.name << ": the log does not say '"
                                                    << k.says << "':\n" << log;
-    std::printf("[   emu    ] %s: 2 CUDA ranks over NCCL == 1 rank accumulating 2 (%zu sections)\n",
-                k.name, got.sections.size());
+    if (!HasFailure())
+      std::printf("[   emu    ] %s: 2 CUDA ranks over NCCL == 1 rank accumulating 2 (%zu "
+                  "sections)\n",
+                  k.name, got.sections.size());
   }
+}
+
+// Expert parallelism in the trainer: the SMoE at ep 2, the tokens exchanged and the expert gradients folded over NCCL, equals one rank
+// accumulating 2; at zero 1 too; and ep 2 x dp 2 at zero 1 equals one rank accumulating 4.
+TEST_F(EmuTrainerRanks, ExpertParallelOverNcclEqualsOneRankAccumulating) {
+  const CheckpointState ref = one("one_smoe", "", 2, kSmoe);
+  log_.take();
+  for (const char* zero : {"0", "1"}) {
+    const std::string name = std::string("ep2_zero") + zero;
+    const CheckpointState got =
+        ranks(name, std::string("parallel: {ep: 2, zero: ") + zero + "}\n", 2, {}, kSmoe);
+    EXPECT_EQ(differing(ref, got), "") << name << ": sections differ from one rank's";
+    const std::string log = log_.take();
+    EXPECT_NE(log.find("expert exchange: NCCL"), std::string::npos) << name << ":\n" << log;
+    if (!HasFailure())
+      std::printf("[   emu    ] %s: ep 2 over NCCL == 1 rank accumulating 2 (%zu sections)\n",
+                  name.c_str(), got.sections.size());
+  }
+  // 4 ranks, ep 2 x dp 2 at zero 1: the expert gradients also broadcast over the
+  // expert-data-parallel group's NCCL communicator and folded in world rank order.
+  const CheckpointState ref4 = one("one_smoe4", "", 4, kSmoe);
+  const CheckpointState got4 = ranks("ep2dp2_zero1", "parallel: {ep: 2, zero: 1}\n", 4, {}, kSmoe);
+  EXPECT_EQ(differing(ref4, got4), "") << "ep 2 x dp 2: sections differ from one rank's";
+  if (!HasFailure())
+    std::printf("[   emu    ] ep2dp2_zero1: ep 2 x dp 2 over NCCL == 1 rank accumulating 4\n");
 }
 
 }  // namespace
