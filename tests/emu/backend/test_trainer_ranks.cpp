@@ -5,8 +5,10 @@
 // equal, section by section, one rank's accumulating 2 micro-batches a step, with the gradient
 // sums after the backward, overlapping it on the side stream (parallel.overlap; the side stream
 // deferred, then the compute stream deferred: emu::DeferStreams), and under ZeRO-1 (the
-// reduce-scatter and the all-gather of codes and scales over NCCL), overlapped too. The log says
-// which way each run summed.
+// reduce-scatter and the all-gather of codes and scales over NCCL), overlapped too; then expert
+// parallelism over NCCL. The ZeRO-1 and expert-parallel runs defer the compute stream: a host
+// read of device memory without a synchronisation would see it stale. The log says which way
+// each run summed and exchanged.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
@@ -160,7 +162,7 @@ TEST_F(EmuTrainerRanks, TwoCudaRanksOverNcclEqualOneRankAccumulating) {
        "by NCCL on a second CUDA stream"},
       {"overlap_compute_deferred", "parallel: {overlap: true}\n", {1},
        "by NCCL on a second CUDA stream"},
-      {"zero1", "parallel: {zero: 1}\n", {}, "ZeRO-1: each rank updates"},
+      {"zero1_compute_deferred", "parallel: {zero: 1}\n", {1}, "ZeRO-1: each rank updates"},
       {"zero1_overlap", "parallel: {zero: 1, overlap: true}\n", {2},
        "by NCCL on a second CUDA stream"},
   };
@@ -186,7 +188,7 @@ TEST_F(EmuTrainerRanks, ExpertParallelOverNcclEqualsOneRankAccumulating) {
   for (const char* zero : {"0", "1"}) {
     const std::string name = std::string("ep2_zero") + zero;
     const CheckpointState got =
-        ranks(name, std::string("parallel: {ep: 2, zero: ") + zero + "}\n", 2, {}, kSmoe);
+        ranks(name, std::string("parallel: {ep: 2, zero: ") + zero + "}\n", 2, {1}, kSmoe);
     EXPECT_EQ(differing(ref, got), "") << name << ": sections differ from one rank's";
     const std::string log = log_.take();
     EXPECT_NE(log.find("expert exchange: NCCL"), std::string::npos) << name << ":\n" << log;
@@ -197,7 +199,8 @@ TEST_F(EmuTrainerRanks, ExpertParallelOverNcclEqualsOneRankAccumulating) {
   // 4 ranks, ep 2 x dp 2 at zero 1: the expert gradients also broadcast over the
   // expert-data-parallel group's NCCL communicator and folded in world rank order.
   const CheckpointState ref4 = one("one_smoe4", "", 4, kSmoe);
-  const CheckpointState got4 = ranks("ep2dp2_zero1", "parallel: {ep: 2, zero: 1}\n", 4, {}, kSmoe);
+  const CheckpointState got4 =
+      ranks("ep2dp2_zero1", "parallel: {ep: 2, zero: 1}\n", 4, {1}, kSmoe);
   EXPECT_EQ(differing(ref4, got4), "") << "ep 2 x dp 2: sections differ from one rank's";
   if (!HasFailure())
     std::printf("[   emu    ] ep2dp2_zero1: ep 2 x dp 2 over NCCL == 1 rank accumulating 4\n");
