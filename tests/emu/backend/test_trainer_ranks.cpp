@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -204,6 +205,33 @@ TEST_F(EmuTrainerRanks, ExpertParallelOverNcclEqualsOneRankAccumulating) {
   EXPECT_EQ(differing(ref4, got4), "") << "ep 2 x dp 2: sections differ from one rank's";
   if (!HasFailure())
     std::printf("[   emu    ] ep2dp2_zero1: ep 2 x dp 2 over NCCL == 1 rank accumulating 4\n");
+}
+
+// Ranks sharing one GPU (as e2e data_parallel_cuda runs on a machine with one): NCCL before 2.30
+// refuses them, so the trainer sums the gradients, all-gathers ZeRO-1's codes and exchanges the
+// tokens through host memory over the host communicator. The launcher's local size says 2 ranks
+// on this node, with 1 (emulated) GPU. The same bits as one rank accumulating.
+TEST_F(EmuTrainerRanks, RanksSharingAGpuGoThroughHostMemoryWithTheSameBits) {
+  const char* const kLocal = "OMPI_COMM_WORLD_LOCAL_SIZE";
+  ASSERT_EQ(std::getenv(kLocal), nullptr) << "run the test outside mpirun";
+  const CheckpointState ref = one("one", "", 2);
+  const CheckpointState ref_smoe = one("one_smoe", "", 2, kSmoe);
+  log_.take();
+  setenv(kLocal, "2", 1);
+  const CheckpointState dense = ranks("shared_zero1", "parallel: {zero: 1}\n", 2, {1});
+  const std::string dense_log = log_.take();
+  const CheckpointState smoe = ranks("shared_ep2", "parallel: {ep: 2}\n", 2, {1}, kSmoe);
+  const std::string smoe_log = log_.take();
+  unsetenv(kLocal);
+  EXPECT_EQ(differing(ref, dense), "") << "dp 2 at zero 1 through host memory";
+  EXPECT_EQ(differing(ref_smoe, smoe), "") << "ep 2 through host memory";
+  EXPECT_NE(dense_log.find("device collectives: through host memory over MPI (ranks share a GPU"),
+            std::string::npos)
+      << dense_log;
+  EXPECT_NE(smoe_log.find("expert exchange: host-staged"), std::string::npos) << smoe_log;
+  if (!HasFailure())
+    std::printf("[   emu    ] 2 ranks on one GPU, through host memory: dp 2 zero 1 and ep 2 == 1 "
+                "rank accumulating 2\n");
 }
 
 }  // namespace
