@@ -388,17 +388,17 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
       model_->set_grad_ready({});
       throw;
     }
-    if (overlapped && overlap_) {
+    if (overlapped) {
       model_->set_grad_ready({});
       const ScopedRange wait_range(*backend_, "gradient sums (overlapped): wait");
-      overlap_->wait();
-    } else if (overlapped) {
-      model_->set_grad_ready({});
-      side_sums_->join();
-      // NCCL waits without a timeout: wait here, under parallel.timeout_s (as reduce_gradients).
-      const ScopedRange wait_range(*backend_, "gradient sums (overlapped): wait");
-      const Communicator::WaitGuard guard(*comm_, "the NCCL gradient sum");
-      backend_->synchronize();
+      if (overlap_) {
+        overlap_->wait();
+      } else {
+        side_sums_->join();
+        // NCCL waits without a timeout: wait here, under parallel.timeout_s (as reduce_gradients).
+        const Communicator::WaitGuard guard(*comm_, "the NCCL gradient sum");
+        backend_->synchronize();
+      }
     } else if (tc.grad_accum > 1) {
       backend_->add_inplace(grad_acc_, model_->grads(), grad_acc_.numel());
     }
