@@ -497,8 +497,8 @@ void Trainer::reduce_gradients() {
     backend_->synchronize();
     return;
   }
-  // GPU gradients go through host memory over MPI: correct and rank-order deterministic, but
-  // bound by PCIe and the network stack; NCCL (device to device) is the next step (issue 14).
+  // Without NCCL (or with ranks sharing a GPU) the GPU gradients go through host memory over
+  // MPI: correct and rank-order deterministic, but bound by PCIe and the network stack.
   grads_host_.resize(size_t(g.numel()));
   backend_->copy_to_host(grads_host_.data(), g);
   reduce(grads_host_.data());
