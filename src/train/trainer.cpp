@@ -652,6 +652,8 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
         {"dp", cfg_.parallel.dp},
         {"ep", cfg_.parallel.ep},
         {"zero", cfg_.parallel.zero},
+        // How the gradient sums ran: during the backward (parallel.overlap) or after it.
+        {"overlap", overlap_ ? "worker thread" : side_sums_ ? "side stream" : "off"},
         {"bytes_sent", {{"all_reduce", b.all_reduce}, {"reduce_scatter", b.reduce_scatter},
                         {"all_gather", b.all_gather}, {"gather", b.gather},
                         {"broadcast", b.broadcast}, {"all_to_all", b.all_to_all},

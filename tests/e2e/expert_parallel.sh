@@ -78,6 +78,10 @@ run ep2dp2_overlap 2 2 --set parallel.overlap=true
 grep -q "gradient sums overlap the backward: each block's dense parameters'" ep2dp2_overlap.log ||
   { grep "gradient sums" ep2dp2_overlap.log; fail "ep 2 x dp 2 did not overlap the gradient sums"; }
 same dp4 ep2dp2_overlap
+python3 -c "import json, sys; o = json.load(open(sys.argv[1]))['parallel']['overlap']; assert o == 'worker thread', o" \
+  "$WORK/ep2dp2_overlap/summary.json" || fail "summary.json does not say the sums overlapped"
+python3 -c "import json, sys; o = json.load(open(sys.argv[1]))['parallel']['overlap']; assert o == 'off', o" \
+  "$WORK/dp4/summary.json" || fail "summary.json says dp4's sums overlapped"
 run ep2_accum_overlap 1 2 --set train.grad_accum=2 --set parallel.overlap=true
 same dp2_accum ep2_accum_overlap
 echo "ok: overlapped dense gradient sums under expert parallelism keep the bits"

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -155,17 +157,19 @@ TEST_F(EmuTrainerRanks, TwoCudaRanksOverNcclEqualOneRankAccumulating) {
     const char* name;
     const char* extra;
     std::set<int> defer;
-    const char* says;  // in the log
+    const char* says;     // in the log
+    const char* overlap;  // summary.json's parallel.overlap
   };
   const Case cases[] = {
-      {"after", "", {}, "gradient sums after the backward (parallel.overlap: false)"},
+      {"after", "", {}, "gradient sums after the backward (parallel.overlap: false)", "off"},
       {"overlap_side_deferred", "parallel: {overlap: true}\n", {2},
-       "by NCCL on a second CUDA stream"},
+       "by NCCL on a second CUDA stream", "side stream"},
       {"overlap_compute_deferred", "parallel: {overlap: true}\n", {1},
-       "by NCCL on a second CUDA stream"},
-      {"zero1_compute_deferred", "parallel: {zero: 1}\n", {1}, "ZeRO-1: each rank updates"},
+       "by NCCL on a second CUDA stream", "side stream"},
+      {"zero1_compute_deferred", "parallel: {zero: 1}\n", {1}, "ZeRO-1: each rank updates",
+       "off"},
       {"zero1_overlap", "parallel: {zero: 1, overlap: true}\n", {2},
-       "by NCCL on a second CUDA stream"},
+       "by NCCL on a second CUDA stream", "side stream"},
   };
   for (const Case& k : cases) {
     const CheckpointState got = ranks(k.name, k.extra, 2, k.defer);
@@ -174,6 +178,8 @@ TEST_F(EmuTrainerRanks, TwoCudaRanksOverNcclEqualOneRankAccumulating) {
     EXPECT_NE(log.find("device collectives: NCCL"), std::string::npos) << k.name << ":\n" << log;
     EXPECT_NE(log.find(k.says), std::string::npos) << k.name << ": the log does not say '"
                                                    << k.says << "':\n" << log;
+    std::ifstream summary(dir_ / k.name / "summary.json");
+    EXPECT_EQ(nlohmann::json::parse(summary)["parallel"]["overlap"], k.overlap) << k.name;
     if (!HasFailure())
       std::printf("[   emu    ] %s: 2 CUDA ranks over NCCL == 1 rank accumulating 2 (%zu "
                   "sections)\n",
