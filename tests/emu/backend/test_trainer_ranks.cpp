@@ -101,22 +101,28 @@ class EmuTrainerRanks : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // One rank accumulating `accum` micro-batches a step.
+  // One rank accumulating `accum` micro-batches a step (resume: from the checkpoint in its
+  // directory).
   CheckpointState one(const std::string& name, const std::string& extra, int accum,
-                      const char* model = kLlama) {
+                      const char* model = kLlama, bool resume = false) {
     Config c = tiny(extra, model);
     c.train.grad_accum = accum;
     c.train.out_dir = (dir_ / name).string();
     {
       Trainer t(c);
-      EXPECT_EQ(t.run(RunOptions{}), 0) << name;
+      RunOptions o;
+      o.resume = resume;
+      EXPECT_EQ(t.run(o), 0) << name;
     }
     return load_checkpoint((dir_ / name / checkpoint_name(kSteps)).string());
   }
-  // `world` ranks (parallel.dp x parallel.ep), each a rank thread, the streams `defer` deferred on each.
+  // `world` ranks (parallel.dp x parallel.ep), each a rank thread, the streams `defer` deferred
+  // on each.
   CheckpointState ranks(const std::string& name, const std::string& extra, int world,
                         std::set<int> defer, const char* model = kLlama) {
-    Config c = tiny(extra, model);
+    return ranks(name, tiny(extra, model), world, std::move(defer));
+  }
+  CheckpointState ranks(const std::string& name, Config c, int world, std::set<int> defer) {
     c.parallel.dp = world / c.parallel.ep;
     c.train.out_dir = (dir_ / name).string();
     GroupBoard board;
@@ -238,6 +244,27 @@ TEST_F(EmuTrainerRanks, RanksSharingAGpuGoThroughHostMemoryWithTheSameBits) {
   if (!HasFailure())
     std::printf("[   emu    ] 2 ranks on one GPU, through host memory: dp 2 zero 1 and ep 2 == 1 "
                 "rank accumulating 2\n");
+}
+
+// World-size-independent checkpoints on CUDA: 2 ranks at ZeRO-1 over NCCL (the moments gathered
+// to rank 0 for the checkpoint) save at step 2; one rank accumulating 2 resumes there and ends
+// where one rank's uninterrupted run does.
+TEST_F(EmuTrainerRanks, ZeroOneCheckpointOfTwoCudaRanksResumesOnOne) {
+  const CheckpointState ref = one("one", "", 2);
+  Config c = tiny("parallel: {zero: 1}\n");
+  c.train.checkpoint_interval = 2;
+  c.train.keep_checkpoints = 5;
+  ranks("z1_two", c, 2, {1});
+  fs::create_directories(dir_ / "resumed");
+  fs::copy_file(dir_ / "z1_two" / checkpoint_name(2), dir_ / "resumed" / checkpoint_name(2));
+  log_.take();
+  const CheckpointState got = one("resumed", "", 2, kLlama, /*resume=*/true);
+  const std::string log = log_.take();
+  EXPECT_NE(log.find("at step 2"), std::string::npos) << "did not resume at step 2:\n" << log;
+  EXPECT_EQ(differing(ref, got), "") << "2 ranks (zero 1) -> 1 rank";
+  if (!HasFailure())
+    std::printf("[   emu    ] 2 CUDA ranks at zero 1 saved step 2; 1 rank resumed and ended "
+                "where 1 rank's run does\n");
 }
 
 }  // namespace
