@@ -95,7 +95,8 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
     // Every rank must sum the same ranges in the same order: overlap only if all can. Host
     // memory: a worker thread calls the (MPI) communicator, and under expert parallelism the
     // main thread's token exchanges run meanwhile (MPI_THREAD_MULTIPLE); a GPU: NCCL on the
-    // side stream (not yet beside expert parallelism's NCCL exchanges).
+    // side stream (not beside expert parallelism's NCCL exchanges: NCCL documents that two
+    // communicators' operations running at once may deadlock).
     const bool host = backend_->host_memory();
     const bool can = host ? comm_->any_thread() && (!ep_.enabled() || comm_->concurrent())
                           : !ep_.enabled() && device_comm_ && backend_->has_side_stream();
@@ -336,7 +337,9 @@ void Trainer::log_run_header() {
       log_.info("gradient sums after the backward ({})",
                 !cfg_.parallel.overlap ? "parallel.overlap: false"
                 : !backend_->host_memory()
-                    ? (ep_.enabled() ? "no overlap under expert parallelism on a GPU yet"
+                    ? (ep_.enabled() ? "no overlap under expert parallelism on a GPU: its "
+                                       "NCCL token exchanges beside the sums would be two "
+                                       "communicators' kernels at once, which may deadlock"
                                      : "no overlap: the gradient sums go through host memory "
                                        "(no NCCL on some rank)")
                 : ep_.enabled() ? "no overlap: MPI without MPI_THREAD_MULTIPLE on some rank"
