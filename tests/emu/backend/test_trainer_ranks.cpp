@@ -151,7 +151,8 @@ std::string differing(const CheckpointState& a, const CheckpointState& b) {
   if (a.sections.size() != b.sections.size()) return "a different number of sections";
   std::string out;
   for (size_t i = 0; i < a.sections.size(); ++i)
-    if (a.sections[i].first != b.sections[i].first || !(a.sections[i].second == b.sections[i].second))
+    if (a.sections[i].first != b.sections[i].first ||
+        !(a.sections[i].second == b.sections[i].second))
       out += " " + a.sections[i].first;
   return out;
 }
@@ -193,8 +194,9 @@ TEST_F(EmuTrainerRanks, TwoCudaRanksOverNcclEqualOneRankAccumulating) {
   }
 }
 
-// Expert parallelism in the trainer: the SMoE at ep 2, the tokens exchanged and the expert gradients folded over NCCL, equals one rank
-// accumulating 2; at zero 1 too; and ep 2 x dp 2 at zero 1 equals one rank accumulating 4.
+// Expert parallelism in the trainer: the SMoE at ep 2, the tokens exchanged and the expert
+// gradients folded over NCCL, equals one rank accumulating 2; at zero 1 too; and ep 2 x dp 2 at
+// zero 1 equals one rank accumulating 4.
 TEST_F(EmuTrainerRanks, ExpertParallelOverNcclEqualsOneRankAccumulating) {
   const CheckpointState ref = one("one_smoe", "", 2, kSmoe);
   log_.take();

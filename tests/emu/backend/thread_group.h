@@ -145,12 +145,12 @@ class ThreadGroup final : public Communicator {
   void gather_ranges(void* buf, const std::vector<int64_t>& bb, int root) {
     check_bounds(bb, world_, bb.back(), root < 0 ? "all_gather" : "gather");
     auto* p = static_cast<unsigned char*>(buf);
-    const GroupBoard::Call& c = post(p + bb[size_t(rank_)], bb[size_t(rank_) + 1] - bb[size_t(rank_)], {});
+    const int64_t mine = bb[size_t(rank_) + 1] - bb[size_t(rank_)];
+    const GroupBoard::Call& c = post(p + bb[size_t(rank_)], mine, {});
     if (root < 0 || root == rank_)
       for (int q = 0; q < world_; ++q)
         if (q != rank_ && !c.data[size_t(q)].empty())
           std::memcpy(p + bb[size_t(q)], c.data[size_t(q)].data(), c.data[size_t(q)].size());
-    const int64_t mine = bb[size_t(rank_) + 1] - bb[size_t(rank_)];
     (root < 0 ? bytes_.all_gather : bytes_.gather) += root < 0 ? mine * (world_ - 1)
                                                                : (rank_ == root ? 0 : mine);
   }
