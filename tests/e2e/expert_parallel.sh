@@ -85,6 +85,13 @@ python3 -c "import json, sys; o = json.load(open(sys.argv[1]))['parallel']['over
 run ep2_accum_overlap 1 2 --set train.grad_accum=2 --set parallel.overlap=true
 same dp2_accum ep2_accum_overlap
 echo "ok: overlapped dense gradient sums under expert parallelism keep the bits"
+# A rank that stops while the worker sums and the main thread exchanges tokens (two collectives
+# open at once, MPI_THREAD_MULTIPLE): the collective timeout still ends the run.
+signal_a_rank ep2_overlap_stopped STOP "${sigmoid_bias[@]}" --set parallel.ep=2 \
+  --set parallel.overlap=true --set parallel.timeout_s=3
+grep -q "has waited 3 s for the other ranks (parallel.timeout_s 3)" ep2_overlap_stopped.log ||
+  { cat ep2_overlap_stopped.log; fail "ep 2 overlapped: no timeout line"; }
+echo "ok: a stopped rank ended the ep 2 overlapped run in $took s (mpirun exit $rc): $(grep -o '[a-z_]* ([^)]*) has waited' ep2_overlap_stopped.log | head -1)"
 
 # The control: the same ranks and sections, the selection bias moving twice as fast: another
 # training, and eco-ckpt diff says so.

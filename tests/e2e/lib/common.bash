@@ -50,3 +50,35 @@ same() {
     { cat "diff_$1_$2.txt"; fail "$1 and $2 differ"; }
   echo "ok: $1 == $2 ($(tail -1 "diff_$1_$2.txt"))"
 }
+
+# signal_a_rank NAME SIG ARGS...: 2 ranks of eco-train cfg.yaml "${common[@]}" ARGS (ARGS set
+# parallel.dp / ep) train a long run into $WORK/NAME; once it logs a step, the highest-numbered
+# rank gets SIG. Every process must be gone within 60 s and mpirun exit non-zero; sets `took`
+# (seconds) and `rc` (mpirun's exit code).
+signal_a_rank() {
+  local name=$1 sig=$2
+  shift 2
+  "${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" "$@" \
+    --set train.max_steps=1000000 --set train.log_interval=1000 --set train.out_dir="$WORK/$name" \
+    >"$name.log" 2>&1 &
+  local launcher=$! victim=""
+  for _ in $(seq 100); do
+    victim=$(pgrep -f "eco-train cfg.yaml.*$WORK/$name" | sort -n | tail -1 || true)
+    [ -n "$victim" ] && grep -q "step " "$name.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  [ -n "$victim" ] || { cat "$name.log"; fail "$name: no rank to signal"; }
+  kill "-$sig" "$victim"
+  local start
+  start=$(date +%s)
+  while kill -0 "$launcher" 2>/dev/null && [ $(( $(date +%s) - start )) -lt 60 ]; do sleep 0.2; done
+  if kill -0 "$launcher" 2>/dev/null; then
+    kill -CONT "$victim"; kill -9 "$launcher"; fail "$name: mpirun still running 60 s after SIG$sig"
+  fi
+  rc=0
+  wait "$launcher" || rc=$?
+  took=$(( $(date +%s) - start ))
+  [ "$rc" != 0 ] || fail "$name: mpirun exited 0 after SIG$sig to a rank"
+  if pgrep -f "eco-train cfg.yaml.*$WORK/$name" >/dev/null; then fail "$name: a rank was left behind"; fi
+}
+
