@@ -4,11 +4,16 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/blas_runtime.h"
+#include "kernels/cpu/gemm.h"
 #include "tools/cpu_ceiling.h"
+
+extern "C" void openblas_set_num_threads(int);
 
 namespace {
 
@@ -130,3 +135,75 @@ TEST(CpuCeiling, FmaPeakFromFeatures) {
 }
 
 }  // namespace
+
+namespace {
+
+// op(X) (rows, cols) element (i, k) of a row-major X with leading dimension ld.
+float at(const std::vector<float>& x, bool trans, int ld, int i, int k) {
+  return trans ? x[size_t(k) * size_t(ld) + size_t(i)] : x[size_t(i) * size_t(ld) + size_t(k)];
+}
+
+}  // namespace
+
+// cpu::gemm cuts a K above 320 that is not a multiple of 32 into its largest multiple and the
+// rest (kernels/cpu/gemm.h): every transpose, padded leading dimensions, beta 1 onto a C, against
+// a double loop, within 1e-5 of sum |a||b| (two float sums of up to 1000 products and one add).
+TEST(CpuGemm, LongReductionsCutInTwoMatchADoubleLoop) {
+  std::mt19937 g(7);
+  std::normal_distribution<float> d;
+  const int M = 33, N = 47;
+  for (const int K : {200, 321, 370, 1000, 1024})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+        std::vector<float> A(size_t(ta ? K : M) * size_t(lda)), B(size_t(tb ? N : K) * size_t(ldb));
+        std::vector<float> C(size_t(M) * size_t(ldc));
+        for (float& x : A) x = d(g);
+        for (float& x : B) x = d(g);
+        for (float& x : C) x = d(g);
+        const std::vector<float> C0 = C;
+        const float alpha = 0.75f;
+        eco::cpu::gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 1.0f, C.data(), ldc);
+        double worst = 0;
+        for (int i = 0; i < M; ++i)
+          for (int j = 0; j < N; ++j) {
+            double ref = 0, scale = 0;
+            for (int k = 0; k < K; ++k) {
+              const double p = double(at(A, ta, lda, i, k)) * double(at(B, tb, ldb, k, j));
+              ref += p;
+              scale += std::fabs(p);
+            }
+            const size_t c = size_t(i) * size_t(ldc) + size_t(j);
+            ref = double(alpha) * ref + double(C0[c]);
+            worst = std::max(worst, std::fabs(double(C[c]) - ref) / (scale + std::fabs(C0[c])));
+          }
+        EXPECT_LT(worst, 1e-5) << "K " << K << " trans_a " << ta << " trans_b " << tb;
+        // The padding past each row of C is left alone.
+        for (int i = 0; i < M; ++i)
+          for (int j = N; j < ldc; ++j)
+            EXPECT_EQ(C[size_t(i) * size_t(ldc) + size_t(j)], C0[size_t(i) * size_t(ldc) + size_t(j)]);
+      }
+}
+
+// With OpenBLAS's AVX-512 kernels the cut makes every K give the same bits on 1 and 2 threads
+// (a K of 370 did not before: its reduction was blocked differently). Other kernels partition
+// M and N by the threads as well: skipped, saying which core.
+TEST(CpuGemm, Avx512SgemmBitsDoNotDependOnTheThreads) {
+  const std::string core = eco::cpu::blas_info().core;
+  if (core != "SkylakeX" && core != "Cooperlake")
+    GTEST_SKIP() << "OpenBLAS core " << core
+                 << ": its sgemm's bits depend on the threads' partition whatever the K";
+  std::mt19937 g(11);
+  std::normal_distribution<float> d;
+  const int M = 256, N = 128;
+  for (const int K : {370, 1000, 2047}) {
+    std::vector<float> A(size_t(K) * M), B(size_t(K) * N), C1(size_t(M) * N), C2(C1.size());
+    for (float& x : A) x = d(g);
+    for (float& x : B) x = d(g);
+    openblas_set_num_threads(1);
+    eco::cpu::gemm(true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 0.0f, C1.data(), N);
+    openblas_set_num_threads(2);
+    eco::cpu::gemm(true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 0.0f, C2.data(), N);
+    EXPECT_EQ(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)), 0) << "K " << K;
+  }
+}
