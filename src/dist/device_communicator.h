@@ -88,9 +88,9 @@ class LaneScope {
 
 // NCCL over the host communicator's ranks: rank 0's ncclUniqueId reaches the others by
 // host.broadcast; this process's GPU is the backend's current device (make_cuda_backend picks it
-// by local rank); collectives run on the backend's compute stream, or its side stream. The communicator keeps a receive
-// buffer on the GPU (world x chunk floats, at most 256 MiB), recorded in the backend's ledger as
-// it grows ("nccl receive buffer", Workspace). Destroy the communicator before the backend.
+// by local rank); collectives run on the backend's compute stream, or its side stream. The
+// communicator keeps a receive buffer on the GPU (world x chunk floats, at most 256 MiB),
+// recorded in the backend's ledger as it grows ("nccl receive buffer", Workspace). Destroy the communicator before the backend.
 // A usage error naming the reason when this build has no NCCL or `be` is not the CUDA backend.
 std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator& host, Backend& be);
 // Whether this build has NCCL (CUDA built with nccl.h and libnccl found at configure time).

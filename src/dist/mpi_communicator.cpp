@@ -12,7 +12,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>

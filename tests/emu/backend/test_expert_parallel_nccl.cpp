@@ -64,46 +64,41 @@ std::vector<std::array<RankResult, 2>> run_world(int dp, int ep) {
   const int world = dp * ep, B = c.train.batch_size, T = c.model.seq_len;
   std::vector<GroupBoard> ep_boards(static_cast<size_t>(dp)), edp_boards(static_cast<size_t>(ep));
   std::vector<std::array<RankResult, 2>> out(static_cast<size_t>(world));
-  std::vector<std::string> errors;
-  emu::nccl::run_ranks(
-      world,
-      [&](int r) {
-        ThreadGroup ep_comm(r % ep, ep, ep_boards[size_t(r / ep)]);
-        ThreadGroup edp_comm(r / ep, dp, edp_boards[size_t(r % ep)]);
-        ExpertParallel P = expert_placement(dp, ep, r);
-        P.ep_comm = &ep_comm;
-        P.edp_comm = &edp_comm;
-        std::unique_ptr<Backend> be = make_cuda_backend();
-        Transformer model(c.model, *be, B, c.precision.treatment, c.precision.quantize, P);
-        model.init_weights(c.train.seed);
-        const DataLoader data =
-            DataLoader::synthetic(0, LoaderOptions{B, T, c.model.vocab_size, c.train.seed, false});
-        std::vector<int32_t> in(size_t(B) * size_t(T)), tgt(in.size());
-        data.batch(r, in.data(), tgt.data());
-        const auto step = [&](RankResult& o) {
-          const long exchanges = ep_comm.all_to_alls, gathers = edp_comm.all_gathers;
-          model.zero_grad();
-          o.loss = model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
-          model.reduce_expert_gradients();
-          o.grads.resize(size_t(model.grads().numel()));
-          be->copy_to_host(o.grads.data(), model.grads());
-          o.host_exchanges = ep_comm.all_to_alls - exchanges;
-          o.host_gathers = edp_comm.all_gathers - gathers;
-        };
-        step(out[size_t(r)][0]);
-        // In the trainer's order: the expert-parallel group's, then (dp > 1) the other's, on the
-        // backend's stream (as the trainer makes them).
-        std::unique_ptr<DeviceCommunicator> ep_dev = make_nccl_communicator(ep_comm, *be);
-        std::unique_ptr<DeviceCommunicator> edp_dev;
-        if (dp > 1) edp_dev = make_nccl_communicator(edp_comm, *be);
-        model.set_expert_device_communicators(ep_dev.get(), edp_dev.get());
-        step(out[size_t(r)][1]);
-        model.set_expert_device_communicators(nullptr, nullptr);
-        ep_dev.reset();
-        edp_dev.reset();
-      },
-      &errors);
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+  run_rank_threads(world, "expert parallelism", [&](int r) {
+    ThreadGroup ep_comm(r % ep, ep, ep_boards[size_t(r / ep)]);
+    ThreadGroup edp_comm(r / ep, dp, edp_boards[size_t(r % ep)]);
+    ExpertParallel P = expert_placement(dp, ep, r);
+    P.ep_comm = &ep_comm;
+    P.edp_comm = &edp_comm;
+    std::unique_ptr<Backend> be = make_cuda_backend();
+    Transformer model(c.model, *be, B, c.precision.treatment, c.precision.quantize, P);
+    model.init_weights(c.train.seed);
+    const DataLoader data =
+        DataLoader::synthetic(0, LoaderOptions{B, T, c.model.vocab_size, c.train.seed, false});
+    std::vector<int32_t> in(size_t(B) * size_t(T)), tgt(in.size());
+    data.batch(r, in.data(), tgt.data());
+    const auto step = [&](RankResult& o) {
+      const long exchanges = ep_comm.all_to_alls, gathers = edp_comm.all_gathers;
+      model.zero_grad();
+      o.loss = model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
+      model.reduce_expert_gradients();
+      o.grads.resize(size_t(model.grads().numel()));
+      be->copy_to_host(o.grads.data(), model.grads());
+      o.host_exchanges = ep_comm.all_to_alls - exchanges;
+      o.host_gathers = edp_comm.all_gathers - gathers;
+    };
+    step(out[size_t(r)][0]);
+    // In the trainer's order: the expert-parallel group's, then (dp > 1) the other's, on the
+    // backend's stream (as the trainer makes them).
+    std::unique_ptr<DeviceCommunicator> ep_dev = make_nccl_communicator(ep_comm, *be);
+    std::unique_ptr<DeviceCommunicator> edp_dev;
+    if (dp > 1) edp_dev = make_nccl_communicator(edp_comm, *be);
+    model.set_expert_device_communicators(ep_dev.get(), edp_dev.get());
+    step(out[size_t(r)][1]);
+    model.set_expert_device_communicators(nullptr, nullptr);
+    ep_dev.reset();
+    edp_dev.reset();
+  });
   return out;
 }
 

@@ -65,61 +65,56 @@ std::vector<RankResult> run_world(const std::vector<int64_t>& bounds_fraction_of
   const int B = c.train.batch_size, T = c.model.seq_len;
   GroupBoard board;
   std::vector<RankResult> out(kWorld);
-  std::vector<std::string> errors;
   const emu::DeferStreams deferred(std::move(defer));
-  emu::nccl::run_ranks(
-      kWorld,
-      [&](int r) {
-        ThreadGroup host(r, kWorld, board);
-        std::unique_ptr<Backend> be = make_cuda_backend();
-        std::unique_ptr<DeviceCommunicator> comm = make_nccl_communicator(host, *be);
-        Transformer model(c.model, *be, B, c.precision.treatment, c.precision.quantize);
-        model.init_weights(c.train.seed);
-        const DataLoader data =
-            DataLoader::synthetic(0, LoaderOptions{B, T, c.model.vocab_size, c.train.seed, false});
-        std::vector<int32_t> in(size_t(B) * size_t(T)), tgt(in.size());
-        data.batch(r, in.data(), tgt.data());
-        const Tensor& g = model.grads();
-        const int64_t n = g.numel();
-        std::vector<int64_t> bounds;  // the given thirds of the gradient, or none
-        for (int64_t third : bounds_fraction_of_3) bounds.push_back(n * third / 3);
-        RankResult& o = out[size_t(r)];
-        const float scale = 1.0f / float(kWorld);
+  run_rank_threads(kWorld, "side stream sums", [&](int r) {
+    ThreadGroup host(r, kWorld, board);
+    std::unique_ptr<Backend> be = make_cuda_backend();
+    std::unique_ptr<DeviceCommunicator> comm = make_nccl_communicator(host, *be);
+    Transformer model(c.model, *be, B, c.precision.treatment, c.precision.quantize);
+    model.init_weights(c.train.seed);
+    const DataLoader data =
+        DataLoader::synthetic(0, LoaderOptions{B, T, c.model.vocab_size, c.train.seed, false});
+    std::vector<int32_t> in(size_t(B) * size_t(T)), tgt(in.size());
+    data.batch(r, in.data(), tgt.data());
+    const Tensor& g = model.grads();
+    const int64_t n = g.numel();
+    std::vector<int64_t> bounds;  // the given thirds of the gradient, or none
+    for (int64_t third : bounds_fraction_of_3) bounds.push_back(n * third / 3);
+    RankResult& o = out[size_t(r)];
+    const float scale = 1.0f / float(kWorld);
 
-        // Without overlap: the backward, then one sum of the whole gradient (compute stream).
-        model.zero_grad();
-        model.forward_backward(in.data(), tgt.data(), B, T, scale);
-        if (bounds.empty())
-          comm->all_reduce_sum(g.as<float>(), n);
-        else
-          comm->reduce_scatter_sum(g.as<float>(), bounds);
-        o.summed.resize(size_t(n));
-        be->copy_to_host(o.summed.data(), g);
+    // Without overlap: the backward, then one sum of the whole gradient (compute stream).
+    model.zero_grad();
+    model.forward_backward(in.data(), tgt.data(), B, T, scale);
+    if (bounds.empty())
+      comm->all_reduce_sum(g.as<float>(), n);
+    else
+      comm->reduce_scatter_sum(g.as<float>(), bounds);
+    o.summed.resize(size_t(n));
+    be->copy_to_host(o.summed.data(), g);
 
-        // Overlapped: each range's sum posted as the backward finishes it.
-        model.zero_grad();
-        SideStreamSums sums(*be, *comm, bounds);
-        model.set_grad_ready([&](int64_t begin, int64_t end) {
-          if (order != Order::NoFork) {
-            sums.post(g.as<float>(), begin, end);
-            return;
-          }
-          const LaneScope lane(*comm, DeviceCommunicator::Lane::Side);  // no side_fork
-          if (bounds.empty())
-            comm->all_reduce_sum(g.as<float>() + begin, end - begin);
-          else
-            comm->reduce_scatter_sum(g.as<float>() + begin, clamp_bounds(bounds, begin, end));
-        });
-        model.forward_backward(in.data(), tgt.data(), B, T, scale);
-        model.set_grad_ready({});
-        if (order != Order::NoJoin) sums.join();
-        o.overlapped.resize(size_t(n));
-        be->copy_to_host(o.overlapped.data(), g);  // waits for the compute stream only
-        o.ranges = sums.posted();
-        comm.reset();  // before the backend (it synchronises both streams)
-      },
-      &errors);
-  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+    // Overlapped: each range's sum posted as the backward finishes it.
+    model.zero_grad();
+    SideStreamSums sums(*be, *comm, bounds);
+    model.set_grad_ready([&](int64_t begin, int64_t end) {
+      if (order != Order::NoFork) {
+        sums.post(g.as<float>(), begin, end);
+        return;
+      }
+      const LaneScope lane(*comm, DeviceCommunicator::Lane::Side);  // no side_fork
+      if (bounds.empty())
+        comm->all_reduce_sum(g.as<float>() + begin, end - begin);
+      else
+        comm->reduce_scatter_sum(g.as<float>() + begin, clamp_bounds(bounds, begin, end));
+    });
+    model.forward_backward(in.data(), tgt.data(), B, T, scale);
+    model.set_grad_ready({});
+    if (order != Order::NoJoin) sums.join();
+    o.overlapped.resize(size_t(n));
+    be->copy_to_host(o.overlapped.data(), g);  // waits for the compute stream only
+    o.ranges = sums.posted();
+    comm.reset();  // before the backend (it synchronises both streams)
+  });
   return out;
 }
 

@@ -126,19 +126,14 @@ class EmuTrainerRanks : public ::testing::Test {
     c.parallel.dp = world / c.parallel.ep;
     c.train.out_dir = (dir_ / name).string();
     GroupBoard board;
-    std::vector<std::string> errors;
     {
       const emu::DeferStreams deferred(std::move(defer));
-      emu::nccl::run_ranks(
-          world,
-          [&](int r) {
-            ThreadGroup comm(r, world, board);
-            Trainer t(c, RunContext{r, world}, &comm);
-            EXPECT_EQ(t.run(RunOptions{}), 0) << name << ": rank " << r;
-          },
-          &errors);
+      run_rank_threads(world, name, [&](int r) {
+        ThreadGroup comm(r, world, board);
+        Trainer t(c, RunContext{r, world}, &comm);
+        EXPECT_EQ(t.run(RunOptions{}), 0) << name << ": rank " << r;
+      });
     }
-    for (int r = 0; r < world; ++r) EXPECT_EQ(errors[size_t(r)], "") << name << ": rank " << r;
     return load_checkpoint((dir_ / name / checkpoint_name(kSteps)).string());
   }
 

@@ -5,6 +5,7 @@
 // split groups ranked by key then rank; the byte counters approximately (tests do not compare
 // them). One thread per rank calls it (any_thread() false: the trainer uses no worker).
 #pragma once
+#include <gtest/gtest.h>
 #include <nccl.h>
 
 #include <algorithm>
@@ -173,5 +174,14 @@ class ThreadGroup final : public Communicator {
   GroupBoard& board_;
   int64_t calls_ = 0;
 };
+
+// body(rank) on `world` rank threads (emu::nccl::run_ranks); a rank that throws fails the test,
+// named by `what` and its rank.
+template <class F>
+void run_rank_threads(int world, const std::string& what, F body) {
+  std::vector<std::string> errors;
+  emu::nccl::run_ranks(world, body, &errors);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[size_t(r)], "") << what << ": rank " << r;
+}
 
 }  // namespace eco
