@@ -236,7 +236,7 @@ if [ "${#train_rows[@]}" -gt 0 ]; then
   for f in "$log_dir"/breakdown_*.txt; do [ -f "$f" ] && say "  $(cat "$f")"; done
 fi
 # The verdict on the mma attention (ECO_CUDA_ATTENTION=auto keeps the GEMM path until it has
-# passed its tests on a GPU and trains faster; kernels/common/cuda_attention.h).
+# passed its tests on a GPU and trains faster; kernels/cuda/cuda_attention.h).
 ms_of() { for r in "${train_rows[@]}"; do [ "${r%% *}" = "$1" ] && awk '{print $2}' <<<"$r"; done; }
 gemm_ms=$(ms_of bf16-mw)
 mma_ms=$(ms_of bf16-mw-mma)

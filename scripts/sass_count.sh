@@ -55,8 +55,8 @@ NVCC_FLAGS=(-O3 -DNDEBUG -std=c++20 --fmad=false --expt-relaxed-constexpr -arch=
 # One element (one Philox call) per thread; the _io probes do the same loads and stores only.
 cat >"$WORK/probes.cu" <<'EOF'
 #include <cstdint>
-#include "kernels/common/philox.h"
-#include "kernels/common/qformat.h"
+#include "base/math/philox.h"
+#include "base/math/qformat.h"
 using namespace eco;
 #define ID (blockIdx.x * blockDim.x + threadIdx.x)
 extern "C" __global__ void io(const float* x, const uint32_t* r, uint32_t* out, float s) {
@@ -70,7 +70,7 @@ extern "C" __global__ void philox4x32_10_call(const uint4* c, uint4* out, uint32
   const Philox4x32 p = philox4x32_10(Philox4x32{{t.x, t.y, t.z, t.w}}, k0, k1);
   out[ID] = make_uint4(p.v[0], p.v[1], p.v[2], p.v[3]);
 }
-#ifdef ECO_PROBE_PHILOX_KEY  // trees with a precomputed key schedule (kernels/common/philox.h)
+#ifdef ECO_PROBE_PHILOX_KEY  // trees with a precomputed key schedule (src/base/math/philox.h)
 extern "C" __global__ void io4_key(const uint4* c, uint4* out, PhiloxKey key) { out[ID] = c[ID]; }
 extern "C" __global__ void philox4x32_10_call_scheduled_key(const uint4* c, uint4* out, PhiloxKey key) {
   const uint4 t = c[ID];
@@ -103,7 +103,7 @@ EOF
 echo "compiling $SRC/kernels/cuda/optimizer_update.cu for $ARCH (about a minute)" >&2
 nvcc "${NVCC_FLAGS[@]}" -o "$WORK/update.cubin" "$SRC/kernels/cuda/optimizer_update.cu"
 PROBE_FLAGS=()
-grep -q "struct PhiloxKey" "$SRC/kernels/common/philox.h" && PROBE_FLAGS+=(-DECO_PROBE_PHILOX_KEY)
+grep -q "struct PhiloxKey" "$SRC/src/base/math/philox.h" && PROBE_FLAGS+=(-DECO_PROBE_PHILOX_KEY)
 nvcc "${NVCC_FLAGS[@]}" "${PROBE_FLAGS[@]}" -o "$WORK/probes.cubin" "$WORK/probes.cu"
 cuobjdump -sass "$WORK/update.cubin" >"$WORK/update.sass"
 cuobjdump -sass "$WORK/probes.cubin" >"$WORK/probes.sass"

@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/rng.h"
 #include "kernels/cpu/blas_runtime.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 #include "tools/cpu_ceiling.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "train/checkpoint.h"
 
 namespace {

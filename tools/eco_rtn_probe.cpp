@@ -8,9 +8,9 @@
 #include <vector>
 #include <cmath>
 #include "core/rng.h"
-#include "kernels/common/eco_update.h"
-#include "kernels/common/format_quantizer.h"
-#include "kernels/common/scale_groups.h"
+#include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
+#include "base/math/scale_groups.h"
 using namespace eco;
 // FormatQuantizer whose scale never shrinks within a row (frozen unless absmax grows): isolates the
 // effect of re-deriving the row scale every step.

@@ -32,7 +32,7 @@
 // the E4M3 decode twice and the SR encode (~60, 64-bit shifts and branches), and Philox-4x32-10
 // (~85: per round two 32x32->64 multiplies, two 3-way xors, plus an add of zero per multiply and
 // the key schedule recomputed per element, which the compiler does not hoist out of the codec's
-// per-element branches). Reaching 70% needs that shared code (kernels/common/philox.h, qformat.h)
+// per-element branches). Reaching 70% needs that shared code (src/base/math/philox.h, qformat.h)
 // made cheaper for the compiler, bit for bit, which is outside this kernel.
 // Since then (same bits; static SASS of the sm_90a kernel, scripts/sass_count.sh, not yet timed
 // on a GPU): one Philox call per 4 elements with a precomputed key schedule (~13 instructions per
@@ -54,8 +54,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/eco_update.h"
-#include "kernels/common/format_quantizer.h"
+#include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/optimizer_update.cuh"

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/common/optimizer_rules.h"
-#include "kernels/common/eco_update.h"
-#include "kernels/common/format_quantizer.h"
+#include "base/math/optimizer_rules.h"
+#include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
 #include "kernels/cpu/quantized_update.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // Element-wise MLP activations (GELU-tanh, SwiGLU, GeGLU), single pass each, over the scalar math in
-// kernels/common/activations.h shared with the CUDA backend.
+// src/base/math/activations.h shared with the CUDA backend.
 // GELU's float loops use tanh_simd instead of libm's scalar tanhf so that they vectorize.
-#include "kernels/common/activations.h"
+#include "base/math/activations.h"
 
 #include <cstdint>
 

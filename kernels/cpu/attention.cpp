@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "kernels/common/attention_shape.h"
+#include "base/math/attention_shape.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 
@@ -45,7 +45,7 @@ void attention_forward_gqa(T* out, T* att, const T* qkv, int B, int Tn, int NH, 
     gemm(false, true, Tn, Tn, hs, scale, q, ld, k, ld, T(0), a, Tn);
     for (int t = 0; t < Tn; t++) {  // softmax over a[t, lo..t]; zeros elsewhere
       T* row = a + int64_t(t) * Tn;
-      const int lo = attention_first_key(t, window);  // kernels/common: as CUDA masks
+      const int lo = attention_first_key(t, window);  // src/base/math: as CUDA masks
       const T mx = *std::max_element(row + lo, row + t + 1);
       T sum = 0;
       for (int u = lo; u <= t; u++) {
@@ -93,7 +93,7 @@ void attention_backward_gqa(T* dqkv, T* scratch, const T* dout, const T* qkv, co
       for (int t = 0; t < Tn; t++) {
         const T* ar = a + int64_t(t) * Tn;
         T* gr = g + int64_t(t) * Tn;
-        const int lo = attention_first_key(t, window);  // kernels/common: as CUDA masks
+        const int lo = attention_first_key(t, window);  // src/base/math: as CUDA masks
         T dot = 0;
         for (int u = lo; u <= t; u++) dot += ar[u] * gr[u];
         for (int u = lo; u <= t; u++) gr[u] = ar[u] * (gr[u] - dot);

@@ -8,18 +8,18 @@
 #include <memory>
 #include <vector>
 
-#include "core/error.h"
-#include "kernels/common/bf16.h"
-#include "kernels/common/eco_update.h"
-#include "kernels/common/format_quantizer.h"
-#include "kernels/common/optimizer_rules.h"
-#include "kernels/common/qformat.h"
+#include "base/error.h"
+#include "base/math/bf16.h"
+#include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
+#include "base/math/optimizer_rules.h"
+#include "base/math/qformat.h"
 #include "kernels/cpu/host_op_timer.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/quantized_update.h"
 #include "kernels/cpu/quantize.h"
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace eco {
 

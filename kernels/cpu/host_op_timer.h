@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace eco {
 

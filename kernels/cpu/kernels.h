@@ -11,7 +11,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/common/sum_segment.h"
+#include "base/math/sum_segment.h"
 
 namespace eco::cpu {
 
@@ -89,7 +89,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 template <class T>
 void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B,
                         int Tn, int C, int NH);
-// Grouped-query, sliding-window causal attention (kernels/common/attention_shape.h):
+// Grouped-query, sliding-window causal attention (src/base/math/attention_shape.h):
 // qkv (B, Tn, (NH + 2 KVH) hs) -> out (B, Tn, NH hs); query head h reads kv head
 // h / (NH / KVH); window > 0: query t sees keys (t - window, t]; scores scaled by
 // q_scalar^-1/2. att (B, NH, Tn, Tn) keeps the probabilities (zeros outside the window).

@@ -2,7 +2,7 @@
 // sort, and row copies / weighted sums in fixed orders (deterministic for any thread count).
 #include "kernels/cpu/moe.h"
 
-#include "kernels/common/moe_dispatch.h"
+#include "base/math/moe_dispatch.h"
 
 #include <algorithm>
 #include <numeric>

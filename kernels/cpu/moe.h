@@ -1,6 +1,6 @@
 // The MoE reference kernels (../shared/design/MOE.md): routing, the counting-sort dispatch,
 // gather / combine and their backwards. Plain functions over raw buffers, templated on the
-// scalar like kernels.h; the per-token router math is kernels/common/moe_router.h's.
+// scalar like kernels.h; the per-token router math is src/base/math/moe_router.h's.
 //
 // Layout: N tokens, E experts, k experts per token. A token's k choices are its slots
 // s = t * k + j (j = 0 the highest-scored). The dispatch sorts slots by expert, stable in slot
@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/common/moe_router.h"
-#include "kernels/common/moe_stats.h"
+#include "base/math/moe_router.h"
+#include "base/math/moe_stats.h"
 
 namespace eco::cpu {
 
@@ -22,7 +22,7 @@ template <class T>
 void moe_route(int32_t* idx, T* gates, T* probs, T* lse, const T* logits, const T* select_bias,
                int N, int E, int k, MoeRouter mode, bool norm_topk);
 
-// The router sums of a forward (kernels/common/moe_stats.h).
+// The router sums of a forward (src/base/math/moe_stats.h).
 template <class T>
 MoeRouterSums moe_router_sums(const T* probs, const T* lse, int N, int E);
 

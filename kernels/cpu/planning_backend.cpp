@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include "kernels/common/attention_mma_shapes.h"
-#include "kernels/common/cuda_attention.h"
+#include "base/math/attention_mma_shapes.h"
+#include "kernels/cuda/cuda_attention.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/workspace_plan.h"
 

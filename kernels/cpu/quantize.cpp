@@ -1,13 +1,13 @@
 // CPU reference quantization: per-group absmax -> scale, then every element through the shared
-// codec (kernels/common/qformat.h) with Philox bits keyed by its row-major index (one Philox call
-// per 4 consecutive elements: kernels/common/philox.h). Scale groups are scale_groups.h's.
+// codec (src/base/math/qformat.h) with Philox bits keyed by its row-major index (one Philox call
+// per 4 consecutive elements: src/base/math/philox.h). Scale groups are scale_groups.h's.
 #include "kernels/cpu/quantize.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "kernels/common/format_quantizer.h"
+#include "base/math/format_quantizer.h"
 
 namespace eco {
 namespace {

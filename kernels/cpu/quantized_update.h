@@ -1,14 +1,14 @@
-// CPU driver of the quantized-weight updates: applies kernels/common/eco_update.h's group update
+// CPU driver of the quantized-weight updates: applies src/base/math/eco_update.h's group update
 // to the scale groups of a row range of a row-major (rows, cols) matrix, in parallel with OpenMP.
-// The per-group math lives in kernels/common; this file only decides who does which group. Its
+// The per-group math lives in src/base/math; this file only decides who does which group. Its
 // CUDA twin is kernels/cuda/optimizer_update.cu.
 #pragma once
 #include <cmath>
 #include <cstdint>
 
-#include "core/error.h"
-#include "kernels/common/eco_update.h"
-#include "kernels/common/scale_groups.h"
+#include "base/error.h"
+#include "base/math/eco_update.h"
+#include "base/math/scale_groups.h"
 
 namespace eco {
 

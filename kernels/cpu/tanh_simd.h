@@ -2,7 +2,7 @@
 // keeps a loop from vectorizing; this inlines into `#pragma omp simd` loops. Within 1.34 ulp
 // (1.43e-7 relative) of the true tanh on every float, swept exhaustively once (glibc's tanhf is
 // within 2 ulp); tests/unit/test_cpu_tanh.cpp keeps a dense grid and the special values.
-// CPU only: the CUDA kernels keep eco_tanh (kernels/common/activations.h).
+// CPU only: the CUDA kernels keep eco_tanh (src/base/math/activations.h).
 #pragma once
 #include <bit>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // GELU-tanh, SwiGLU and GeGLU on bf16: values are widened to fp32, computed with the shared
-// kernels/common math and rounded once to bf16 on store. Eight outputs per thread, moved with
+// src/base/math math and rounded once to bf16 on store. Eight outputs per thread, moved with
 // 16-byte accesses when the buffers are 16-byte aligned (and, for the gated units, H % 8 == 0, so
 // that a chunk never crosses a row); anything else goes element by element.
 // Launch assumptions (checked): n, N, H >= 0; buffers non-null when there is work.
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/activations.h"
+#include "base/math/activations.h"
 #include "kernels/cuda/activations.cuh"
 #include "kernels/cuda/elementwise.cuh"
 
@@ -27,7 +27,7 @@ struct GeluBackward {  // dinp + gelu'(x) * dout
   }
 };
 
-// The gates of the gated units: the activation and its derivative (kernels/common/activations.h,
+// The gates of the gated units: the activation and its derivative (src/base/math/activations.h,
 // the CPU twin's math; GeGLU's GELU is the tanh form there too).
 struct Silu {
   __device__ float operator()(float x) const { return silu(x); }

@@ -1,4 +1,4 @@
-// MLP activations on bf16 activations (fp32 math from kernels/common/activations.h, shared with the
+// MLP activations on bf16 activations (fp32 math from src/base/math/activations.h, shared with the
 // CPU backend). Contracts as eco::cpu::gelu_* / swiglu_* / geglu_* (kernels/cpu/kernels.h).
 #pragma once
 #include <cuda_bf16.h>

@@ -1,6 +1,6 @@
 // Causal self-attention, flash-style, fp32 math on CUDA cores (first version): grouped-query
 // (KVH key/value heads, each read by NH / KVH query heads), optionally within a sliding window,
-// scores scaled by q_scalar^-1/2 (kernels/common/attention_shape.h); multi-head attention is the
+// scores scaled by q_scalar^-1/2 (src/base/math/attention_shape.h); multi-head attention is the
 // case KVH = NH, window 0, q_scalar = hs.
 //
 // Why this and not cuBLASLt batched GEMMs + a softmax kernel: no (B, NH, T, T) probability
@@ -39,7 +39,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/common/attention_shape.h"
+#include "base/math/attention_shape.h"
 #include "kernels/cuda/attention.cuh"
 
 namespace eco::cuda {

@@ -1,6 +1,6 @@
 // Host entry points of causal self-attention on the GPU, fp32 math on CUDA cores (see
 // attention.cu): bf16 activations in memory, softmax statistics instead of the (T, T) matrix.
-// Grouped-query, sliding-window, query-scaled attention (kernels/common/attention_shape.h), and
+// Grouped-query, sliding-window, query-scaled attention (src/base/math/attention_shape.h), and
 // plain multi-head attention as its special case.
 #pragma once
 #include <cuda_bf16.h>
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/attention_shape.h"
+#include "base/math/attention_shape.h"
 
 namespace eco::cuda {
 

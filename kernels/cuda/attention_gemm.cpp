@@ -26,7 +26,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "kernels/cuda/workspace_plan.h"
 #include "kernels/cuda/gemm.h"
 

@@ -1,7 +1,7 @@
 // Causal attention on tensor cores (attention_mma.cuh): FlashAttention-2's forward and a
 // deterministic two-kernel backward, every product an mma.sync.m16n8k16 (bf16 in, fp32 out).
 // Grouped-query (KVH key/value heads, each read by NH / KVH query heads), optionally within a
-// sliding window, scores scaled by q_scalar^-1/2 (kernels/common/attention_shape.h); multi-head
+// sliding window, scores scaled by q_scalar^-1/2 (src/base/math/attention_shape.h); multi-head
 // attention is the case KVH = NH, window 0, q_scalar = hs.
 //
 // Launch assumptions (attention_mma_supported checks them on the host):
@@ -56,7 +56,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "kernels/common/attention_mma_shapes.h"
+#include "base/math/attention_mma_shapes.h"
 #include "kernels/cuda/attention_gemm.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_check.h"

@@ -1,7 +1,7 @@
 // Causal self-attention on tensor cores through mma.sync (sm_80+), FlashAttention-2 style: the
 // (T, T) scores and probabilities live only in registers, tile by tile, and key tiles outside the
 // causal window are never touched. Grouped-query, sliding-window, query-scaled attention
-// (kernels/common/attention_shape.h) and plain multi-head attention as its special case. Same
+// (src/base/math/attention_shape.h) and plain multi-head attention as its special case. Same
 // contracts as attention.cuh (the flash kernel) and, for plain attention, attention_gemm.cuh, and
 // the same lse, so a forward on one path and its backward on another agree.
 //
@@ -14,7 +14,7 @@
 
 #include <initializer_list>
 
-#include "kernels/common/attention_shape.h"
+#include "base/math/attention_shape.h"
 
 namespace eco::cuda {
 

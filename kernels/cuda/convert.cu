@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/bf16.h"
-#include "kernels/common/qformat.h"
-#include "kernels/common/scale_groups.h"
+#include "base/math/bf16.h"
+#include "base/math/qformat.h"
+#include "base/math/scale_groups.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/convert.cuh"
 

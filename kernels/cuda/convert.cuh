@@ -1,7 +1,7 @@
 // Conversions between the representations the CUDA backend moves weights and activations
 // through: bf16 <-> fp32, fp32 rounded to bf16 in place of fp32 (bf16-mw's weight view), codes +
 // scales -> fp32 or bf16 (a QTensor's dequantized view), and the FP8 E4M3 per-row cast of bf16
-// activations. All element math is kernels/common's, so
+// activations. All element math is src/base/math's, so
 // every output equals the CPU reference's on the same inputs (bf16 outputs: rounded once more).
 #pragma once
 #include <cuda_bf16.h>
@@ -9,18 +9,18 @@
 
 #include <cstdint>
 
-#include "kernels/common/qformat.h"
-#include "kernels/common/scale_groups.h"
+#include "base/math/qformat.h"
+#include "base/math/scale_groups.h"
 
 namespace eco::cuda {
 
-// out (n) bf16 = in (n) fp32 rounded to nearest even (kernels/common/bf16.h's float_to_bf16).
+// out (n) bf16 = in (n) fp32 rounded to nearest even (src/base/math/bf16.h's float_to_bf16).
 cudaError_t f32_to_bf16(__nv_bfloat16* out, const float* in, int64_t n, cudaStream_t s = nullptr);
 
 // out (n) fp32 = in (n) bf16 (exact).
 cudaError_t bf16_to_f32(float* out, const __nv_bfloat16* in, int64_t n, cudaStream_t s = nullptr);
 
-// out (n) fp32 = in (n) rounded to bf16 (nearest even, kernels/common/bf16.h), kept in fp32.
+// out (n) fp32 = in (n) rounded to bf16 (nearest even, src/base/math/bf16.h), kept in fp32.
 // out may alias in.
 cudaError_t round_to_bf16_f32(float* out, const float* in, int64_t n, cudaStream_t s = nullptr);
 

@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "dist/device_communicator.h"
-#include "kernels/common/cuda_attention.h"
-#include "kernels/common/format_quantizer.h"
-#include "kernels/common/moe_dispatch.h"
+#include "kernels/cuda/cuda_attention.h"
+#include "base/math/format_quantizer.h"
+#include "base/math/moe_dispatch.h"
 #include "kernels/cuda/activations.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_gemm.cuh"
@@ -50,7 +50,7 @@
 #include "kernels/cuda/reductions.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/workspace_plan.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #ifdef ECO_HAVE_NCCL
 #include "kernels/cuda/nccl_communicator.h"
 #endif
@@ -323,7 +323,7 @@ class CudaBackend final : public Backend {
     ECO_CHECK_CUDA(cuda::rope_backward(bf(dinp), bf(dout), B, Tn, C, NH, theta, s()));
   }
   // att_state: the log-sum-exp (B, NH, T) fp32; the probabilities are never stored. The path
-  // (kernels/common/cuda_attention.h): the one ECO_CUDA_ATTENTION asks for where the call's
+  // (kernels/cuda/cuda_attention.h): the one ECO_CUDA_ATTENTION asks for where the call's
   // shapes and buffers allow it, else the next of mma (attention_mma.cuh: hs 32, 64, 128), the
   // cuBLASLt GEMMs (attention_gemm.cuh: hs % 8 == 0) and the flash kernel (attention.cuh: any
   // shape); auto is gemm for now (mma once it has passed its GPU tests on a GPU). All save the
@@ -541,7 +541,7 @@ class CudaBackend final : public Backend {
   }
   // Dropless (capacity >= N: no expert can get more than N slots) sorts on the GPU and brings
   // back the histogram; a capacity that drops tokens picks its slots by gate on the host (the
-  // CPU reference's sort, kernels/common/moe_dispatch.h) and uploads the maps.
+  // CPU reference's sort, src/base/math/moe_dispatch.h) and uploads the maps.
   MoeDispatch moe_dispatch(const Tensor& row_of_slot, const Tensor& token_of_row,
                            const Tensor& idx, const Tensor& gates, int N, int E, int k,
                            int64_t capacity) override {
@@ -877,7 +877,7 @@ class CudaBackend final : public Backend {
   static uint8_t* codes(const QTensor& q) { return typed<uint8_t>(q.codes, DType::U8); }
 
   float* scratch_f32(size_t n) { return scratch_f32_.get<float>(n, s(), ledger_); }
-  // The attention path of a call (kernels/common/cuda_attention.h).
+  // The attention path of a call (kernels/cuda/cuda_attention.h).
   CudaAttention attention_path(int B, int T, int C, int NH,
                                std::initializer_list<const void*> matrices) const {
     return choose_cuda_attention(attention_request_,
@@ -886,7 +886,7 @@ class CudaBackend final : public Backend {
   }
   // The path of a grouped-query / windowed call: mma when asked for (ECO_CUDA_ATTENTION=mma) and
   // it takes the call, else the flash kernel. (Auto stays on the flash kernel, as for plain
-  // attention, until the mma path has passed its GPU tests: kernels/common/cuda_attention.h.)
+  // attention, until the mma path has passed its GPU tests: kernels/cuda/cuda_attention.h.)
   CudaAttention gqa_attention_path(int B, int T, const AttentionShape& a,
                                    std::initializer_list<const void*> matrices) const {
     return attention_request_ == CudaAttention::Mma &&

@@ -1,9 +1,9 @@
 // make_cuda_backend, cuda_free_memory_bytes, have_nccl and make_nccl_communicator in a build
 // without the CUDA backend (ECO_CUDA=OFF, or nvcc not found): the CMake build compiles this file
 // into the library only then; otherwise kernels/cuda/cuda_backend.cpp defines them.
-#include "core/error.h"
+#include "base/error.h"
 #include "dist/device_communicator.h"
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace eco {
 

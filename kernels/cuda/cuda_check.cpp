@@ -1,7 +1,7 @@
 // The message of a failed CUDA / cuBLAS call (see cuda_check.h).
 #include "kernels/cuda/cuda_check.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco::cuda {
 

@@ -1,4 +1,4 @@
-// Element-wise kernels, built from the same kernels/common functions the CPU backend uses (so
+// Element-wise kernels, built from the same src/base/math functions the CPU backend uses (so
 // both backends compute identical math). Launch assumptions: 1-D grids of 256 threads, any n
 // (tail handled); n >= 0 and non-null buffers when n > 0 (checked). bf16 kernels go through
 // map_bf16 (elementwise.cuh): 8 elements per thread, 16-byte accesses when aligned.
@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/activations.h"
+#include "base/math/activations.h"
 #include "kernels/cuda/elementwise.cuh"
 
 namespace eco::cuda {

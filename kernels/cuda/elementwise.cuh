@@ -29,7 +29,7 @@ cudaError_t accumulate(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t n,
 cudaError_t add_inplace_f32(float* acc, const float* x, int64_t n, cudaStream_t s = nullptr);
 // x (n) *= s (fp32: gradient clipping).
 cudaError_t scale_inplace(float* x, float scale, int64_t n, cudaStream_t s = nullptr);
-// fp32 GELU on the shared math: the bit-identity check of kernels/common on the GPU
+// fp32 GELU on the shared math: the bit-identity check of src/base/math on the GPU
 // (tests/gpu/test_quantize_gpu.cu). The training path is the bf16 one in activations.cuh.
 cudaError_t gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t s = nullptr);
 

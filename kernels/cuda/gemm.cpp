@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"

@@ -21,7 +21,7 @@
 #include <memory>
 
 #include "kernels/cuda/workspace_plan.h"
-#include "kernels/common/scale_groups.h"
+#include "base/math/scale_groups.h"
 
 namespace eco::cuda {
 
@@ -58,7 +58,7 @@ class GemmEngine {
 
   // ---- FP8 E4M3 forward of a quantized layer -----------------------------------------------
   // out (N, OC) bf16 = (x_codes (N, C) * x_scales) @ (w_codes (OC, C) * w_scales)^T + bias (OC)
-  // with codes E4M3 bytes (kernels/common/qformat.h) and scales the fp32 dequantization
+  // with codes E4M3 bytes (src/base/math/qformat.h) and scales the fp32 dequantization
   // multipliers eco::quantize / quantize_rows store (absmax / 448: value = decode(code) * scale).
   //   scales == PerRow:    x_scales (N), w_scales (OC): cuBLASLt OUTER_VEC_32F on sm_90+. On
   //     sm_89 (no OUTER_VEC), the per-tensor-scaled GEMM with unit scales writes the raw sums to

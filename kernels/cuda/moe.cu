@@ -1,6 +1,6 @@
 // The MoE kernels of moe.cuh (../shared/design/MOE.md). Every result is deterministic: no atomics,
 // each sum in a fixed order, every work split a function of the shapes only.
-//  - moe_route, moe_router_backward: a thread per token running kernels/common/moe_router.h's
+//  - moe_route, moe_router_backward: a thread per token running src/base/math/moe_router.h's
 //    per-token math in fp32 on its rows in global memory: the CPU twin's own code.
 //  - moe_router_sums: a block per output (the E prob columns, then lse^2, then the entropy, a
 //    token's whole moe_entropy per thread); thread i sums tokens i, i + kSumThreads, ... in
@@ -31,8 +31,8 @@
 #include <climits>
 #include <cstdint>
 
-#include "kernels/common/moe_router.h"
-#include "kernels/common/moe_stats.h"
+#include "base/math/moe_router.h"
+#include "base/math/moe_stats.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/moe.cuh"
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/moe_router.h"
+#include "base/math/moe_router.h"
 
 namespace eco::cuda {
 

@@ -1,6 +1,6 @@
 // Plain fp32 AdamW / SGDM over many tensors in one launch: block b takes chunk b (one tensor's
 // elements [begin, begin + count), count <= kMultiTensorChunk) and applies the same element
-// rule (kernels/common/optimizer_rules.h) as fp32_adamw_kernel / fp32_sgdm_kernel and the CPU
+// rule (src/base/math/optimizer_rules.h) as fp32_adamw_kernel / fp32_sgdm_kernel and the CPU
 // backend, so each element gets the same bits.
 // The tables are built on the host (multi_tensor_update.cpp).
 // Launch assumptions (checked in MultiTensorPlan::build): n >= 0, non-null param / grad / m
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/optimizer_rules.h"
+#include "base/math/optimizer_rules.h"
 #include "kernels/cuda/multi_tensor_update.cuh"
 
 namespace eco::cuda {

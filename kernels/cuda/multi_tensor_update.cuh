@@ -1,7 +1,7 @@
 // Plain fp32 AdamW / SGDM steps of many tensors in one launch (the optimizer's unquantized
 // parameters: ~150 tensors in GPT-2, most of them bias and norm vectors of a few hundred
 // elements, each of which would otherwise be a launch of its own). Element math as
-// fp32_adamw_update / fp32_sgdm_update (kernels/common/optimizer_rules.h's rules), so the bits are theirs.
+// fp32_adamw_update / fp32_sgdm_update (src/base/math/optimizer_rules.h's rules), so the bits are theirs.
 //
 // The work is cut into chunks of at most kMultiTensorChunk elements of one tensor; block b
 // updates chunk b. The tensor and chunk tables live on the device (MultiTensorPlan: built and
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/common/optimizer_rules.h"
+#include "base/math/optimizer_rules.h"
 #include "kernels/cuda/device_buffer.h"
 
 namespace eco::cuda {

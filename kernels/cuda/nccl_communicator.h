@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/memory_ledger.h"
+#include "base/memory_ledger.h"
 #include "dist/device_communicator.h"
 
 namespace eco::cuda {

@@ -1,5 +1,5 @@
 // Fused optimizer updates of quantized weights (ECO.md). The per-element math is
-// kernels/common/eco_update.h's, the code the CPU driver runs, so both backends write the same
+// src/base/math/eco_update.h's, the code the CPU driver runs, so both backends write the same
 // bits; only the schedule is CUDA's.
 //
 // PerRow, the register kernel (rows up to 8192 wide): a team of threads (whole warps) updates one
@@ -14,7 +14,7 @@
 //      derives the new scale;
 //   4. pass 2 on the registers (quantized_update_code): codes stored, and m under Eco; lane 0
 //      writes the row's scale, which every lane read before the barrier. A quad's 4 SR draws
-//      are one Philox call (kernels/common/philox.h: element e takes word e & 3 of group e >> 2;
+//      are one Philox call (src/base/math/philox.h: element e takes word e & 3 of group e >> 2;
 //      rows of cols % 4 != 0 cut groups, and their quads draw each group they touch).
 // Bytes moved: exactly the minimum (fp32 AdamW + E4M3: 13 read + 9 written per element). Short
 // rows share a block (one team per threadIdx.y); a block with fewer rows left than teams keeps
@@ -42,8 +42,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/eco_update.h"
-#include "kernels/common/format_quantizer.h"
+#include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
 #include "kernels/cuda/optimizer_update.cuh"
 
 namespace eco::cuda {

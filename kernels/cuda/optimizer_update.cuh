@@ -1,15 +1,15 @@
 // Host entry points of the optimizer-update kernels (see optimizer_update.cu): the fused update
-// of a weight that lives only as codes + scales (ECO.md, kernels/common/eco_update.h), and the
+// of a weight that lives only as codes + scales (ECO.md, src/base/math/eco_update.h), and the
 // plain fp32 AdamW / SGDM steps of unquantized parameters.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kernels/common/optimizer_rules.h"
-#include "kernels/common/eco_update.h"
-#include "kernels/common/format_quantizer.h"
-#include "kernels/common/scale_groups.h"
+#include "base/math/optimizer_rules.h"
+#include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
+#include "base/math/scale_groups.h"
 
 namespace eco::cuda {
 
@@ -20,7 +20,7 @@ namespace eco::cuda {
 //
 // Bit-identical to the CPU driver (kernels/cpu/quantized_update.h, quantized_update_matrix) on the
 // same inputs: codes, scales, m, v and master, for every rule x policy x rounding x state type.
-// Both run kernels/common/eco_update.h's element math with the same FormatQuantizer (SR draws
+// Both run src/base/math/eco_update.h's element math with the same FormatQuantizer (SR draws
 // philox_bits(q.seed, q.step, q.tensor_id, i)): the CPU through quantized_update_pass1/pass2,
 // the register kernel through their register form quantized_update_theta/code (the same
 // operations, the same bits); the build's --fmad=false / -ffp-contract=off make every operation

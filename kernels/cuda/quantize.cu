@@ -1,4 +1,4 @@
-// Quantization (RTN or SR) of a fp32 (rows, cols) matrix, built from the same kernels/common
+// Quantization (RTN or SR) of a fp32 (rows, cols) matrix, built from the same src/base/math
 // codecs as the CPU reference, so both backends produce identical codes.
 // Row-wise: one block of 256 threads per row: block-reduce |x| max -> group_scale -> every
 // element through quantize_value with its Philox draw. Each thread takes 4 consecutive elements
@@ -11,11 +11,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/common/bf16.h"
-#include "kernels/common/format_quantizer.h"
-#include "kernels/common/philox.h"
-#include "kernels/common/qformat.h"
-#include "kernels/common/scale_groups.h"
+#include "base/math/bf16.h"
+#include "base/math/format_quantizer.h"
+#include "base/math/philox.h"
+#include "base/math/qformat.h"
+#include "base/math/scale_groups.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/quantize.cuh"
 

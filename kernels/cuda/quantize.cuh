@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "kernels/common/qformat.h"
-#include "kernels/common/scale_groups.h"
+#include "base/math/qformat.h"
+#include "base/math/scale_groups.h"
 
 namespace eco::cuda {
 
@@ -43,7 +43,7 @@ cudaError_t quantize_matrix(const float* x, uint8_t* codes, float* scales, int64
 // code = E4M3 RTN of x / scale -> codes (N, C) bytes, and x_cast (N, C) bf16 = bf16(decode(code)
 // * scale), exactly what cast_e4m3_rows (convert.cuh) writes. Codes and scales are bit-identical
 // to eco::quantize of the same values (as fp32) on a PerRow E4M3 QTensor with RTN: the
-// kernels/common codecs. x_cast may alias x.
+// src/base/math codecs. x_cast may alias x.
 // Launch assumptions, checked here (cudaErrorInvalidValue otherwise): 0 <= N < 2^31 (one block
 // per row), C >= 8 and a multiple of 8 (each thread moves 8 elements: 16-byte loads and stores
 // of bf16, 8-byte stores of codes), x and x_cast 16-byte aligned, codes 8-byte aligned, non-null

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/sum_segment.h"
+#include "base/math/sum_segment.h"
 
 namespace eco::cuda {
 

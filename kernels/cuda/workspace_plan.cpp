@@ -1,8 +1,8 @@
 // The CUDA backend's workspace reservation for a model's shapes (plain C++: workspace_plan.h).
 #include "kernels/cuda/workspace_plan.h"
 
-#include "kernels/common/cuda_attention.h"
-#include "model/backend.h"
+#include "kernels/cuda/cuda_attention.h"
+#include "base/backend.h"
 
 namespace eco::cuda_ws {
 

@@ -8,12 +8,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include "base/tensor.h"
 
 namespace eco {
 
-struct WorkspaceShapes;      // model/backend.h
-enum class CudaAttention;    // kernels/common/cuda_attention.h
+struct WorkspaceShapes;      // base/backend.h
+enum class CudaAttention;    // kernels/cuda/cuda_attention.h
 
 namespace cuda_ws {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "dist/communicator.h"
 #include "hf/hf_export.h"
 #include "kernels/cpu/blas_runtime.h"

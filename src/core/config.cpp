@@ -11,11 +11,11 @@
 #include <sstream>
 #include <thread>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/input_file.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 #include "core/config_reader.h"
-#include "kernels/common/attention_shape.h"
+#include "base/math/attention_shape.h"
 
 namespace eco {
 namespace {
@@ -379,7 +379,7 @@ bool ModelConfig::structure_matches_family() const {
 void require_device_runs_model(const Config& c) {
   // The CUDA backend runs every family (gemma3's grouped-query, sliding-window attention, QK-norm,
   // GeGLU and (1 + w) norms included); its attention kernels take head sizes up to
-  // kCudaAttentionMaxHeadSize (kernels/common/attention_shape.h).
+  // kCudaAttentionMaxHeadSize (src/base/math/attention_shape.h).
   if (c.device != Device::Cuda) return;
   const ModelConfig& m = c.model;
   require(m.head_dim() <= kCudaAttentionMaxHeadSize, c.source_path,

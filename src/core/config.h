@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/device.h"
+#include "base/device.h"
 #include "core/moe_config.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 
 namespace eco {
 

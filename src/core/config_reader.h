@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco::config_reader {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/common/moe_router.h"
+#include "base/math/moe_router.h"
 
 namespace eco {
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/input_file.h"
 
 namespace eco {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <numeric>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "data/splitmix64.h"
 
 namespace eco {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <memory>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/input_file.h"
 
 namespace eco {

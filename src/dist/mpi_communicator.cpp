@@ -6,7 +6,7 @@
 // 1 GiB per message, so that MPI's int counts never overflow.
 #include "dist/mpi_communicator.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 #ifdef ECO_HAVE_MPI
 #include <mpi.h>

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/input_file.h"
 #include "train/metrics.h"
 

@@ -1,7 +1,7 @@
 // The --codes layout (hf_codes.h): slicing a QTensor's codes and scales by rows, and back.
 #include "hf/hf_codes.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/qtensor.h"
+#include "base/qtensor.h"
 
 namespace eco {
 

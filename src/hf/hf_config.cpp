@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco {
 namespace {

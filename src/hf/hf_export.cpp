@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <memory>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "hf/hf_codes.h"
 #include "hf/hf_config.h"
 #include "hf/hf_layout.h"
-#include "kernels/common/bf16.h"
-#include "model/backend.h"
+#include "base/math/bf16.h"
+#include "base/backend.h"
 #include "model/param_store.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"

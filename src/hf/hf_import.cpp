@@ -5,8 +5,8 @@
 
 #include <set>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "base/error.h"
+#include "base/tensor.h"
 #include "hf/hf_checkpoint.h"
 #include "hf/hf_codes.h"
 #include "hf/hf_config.h"

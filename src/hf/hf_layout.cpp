@@ -3,7 +3,7 @@
 
 #include <regex>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco {
 

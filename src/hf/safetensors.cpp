@@ -11,9 +11,9 @@
 #include <set>
 
 #include "core/atomic_file.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/input_file.h"
-#include "kernels/common/bf16.h"
+#include "base/math/bf16.h"
 
 namespace eco {
 namespace {

@@ -1,8 +1,8 @@
 // Arena layout (aligned offsets) and its single allocation.
 #include "model/arena.h"
 
-#include "core/error.h"
-#include "model/backend.h"
+#include "base/error.h"
+#include "base/backend.h"
 
 namespace eco {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/memory_ledger.h"
-#include "core/tensor.h"
+#include "base/memory_ledger.h"
+#include "base/tensor.h"
 
 namespace eco {
 

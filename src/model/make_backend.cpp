@@ -2,8 +2,8 @@
 // make_cuda_backend, which only executables that link the CUDA backend (or the refusing stub of
 // CPU builds, kernels/cuda/cuda_backend_unavailable.cpp) provide, while backend.cpp's default
 // operations are needed by every backend.
-#include "core/error.h"
-#include "model/backend.h"
+#include "base/error.h"
+#include "base/backend.h"
 
 namespace eco {
 

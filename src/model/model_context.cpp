@@ -1,7 +1,7 @@
 // Parameter lookups and the family's norms over the Backend interface.
 #include "model/model_context.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco {
 

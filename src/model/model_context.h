@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/expert_parallel.h"
 #include "model/param_store.h"
 

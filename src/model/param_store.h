@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "model/arena.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/param_table.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 #include "quant/storage_policy.h"
 
 namespace eco {

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "base/error.h"
+#include "base/tensor.h"
 
 namespace eco {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/rng.h"
 
 namespace eco {

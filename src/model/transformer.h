@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/block.h"
 #include "model/model_context.h"
 #include "model/param_store.h"

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "model/expert_parallel.h"
 #include "quant/qtensor_rows.h"
 

@@ -1,7 +1,7 @@
 // QTensor row views (qtensor_rows.h) and their checks.
 #include "quant/qtensor_rows.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/qtensor.h"
+#include "base/qtensor.h"
 
 namespace eco {
 

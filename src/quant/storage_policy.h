@@ -3,7 +3,7 @@
 // copy). ParamStore allocates what this says; nothing else decides it.
 #pragma once
 #include "core/config.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 
 namespace eco {
 

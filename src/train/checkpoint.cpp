@@ -13,7 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/input_file.h"
 
 namespace eco {

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/error.h"
-#include "model/backend.h"
+#include "base/error.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 

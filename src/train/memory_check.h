@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 
 namespace eco {

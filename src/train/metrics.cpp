@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/atomic_file.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 #include "train/memory_check.h"

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/memory_ledger.h"
+#include "base/memory_ledger.h"
 #include "model/param_table.h"
 
 namespace eco {

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "train/metrics.h"
 
 namespace eco {

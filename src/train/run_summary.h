@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/memory_ledger.h"
+#include "base/memory_ledger.h"
 #include "model/param_table.h"
 #include "model/transformer.h"
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "data/synthetic.h"

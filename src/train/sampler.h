@@ -8,7 +8,7 @@
 
 #include "core/config.h"
 #include "data/decode_table.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 
 namespace eco {

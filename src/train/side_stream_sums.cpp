@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "optim/zero_shards.h"
 
 namespace eco {

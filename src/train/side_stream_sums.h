@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dist/device_communicator.h"
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace eco {
 

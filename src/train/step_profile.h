@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "model/backend.h"
+#include "base/backend.h"
 #include "train/run_log.h"
 
 namespace eco {

@@ -12,7 +12,7 @@
 #include <filesystem>
 
 #include "core/config_reader.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "hf/hf_import.h"
 #include "train/evaluator.h"
 #include "train/memory_check.h"

@@ -15,7 +15,7 @@
 #include "data/loader.h"
 #include "dist/comm_worker.h"
 #include "dist/communicator.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"

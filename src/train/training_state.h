@@ -8,7 +8,7 @@
 
 #include "core/config.h"
 #include "dist/communicator.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"

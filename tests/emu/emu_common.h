@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/bf16.h"
+#include "base/math/bf16.h"
 
 namespace emuh {
 

@@ -51,8 +51,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/bf16.h"
-#include "kernels/common/qformat.h"
+#include "base/math/bf16.h"
+#include "base/math/qformat.h"
 
 struct cublasLtContext {
   uint64_t magic = 0x4c74;

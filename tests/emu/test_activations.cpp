@@ -2,7 +2,7 @@
 // and the fp32 GELU of elementwise.cu:
 //  - SwiGLU forward / backward: every bf16 output equal bit for bit to the CPU twin's fp32 result
 //    (kernels/cpu/activations.cpp) on the widened inputs, rounded once. Both use expf through
-//    kernels/common/activations.h: glibc's on both sides here (CUDA's expf may differ by an ulp
+//    src/base/math/activations.h: glibc's on both sides here (CUDA's expf may differ by an ulp
 //    on the GPU, hence 5e-3 norm-wise in tests/gpu). The 16-byte path (H % 8 == 0, aligned) and
 //    the element path (H ragged, or a buffer misaligned); dinp pre-filled (+= checked).
 //  - GELU (bf16) forward / backward: bit for bit against the shared math (gelu_tanh /
@@ -23,7 +23,7 @@
 
 #include "core/rel_err.h"
 #include "emu_common.h"
-#include "kernels/common/activations.h"
+#include "base/math/activations.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/activations.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -102,7 +102,7 @@ void gelu_case(Tally& tally, int64_t n, bool backward, bool misaligned, uint64_t
 enum Glu { SWIGLU, GEGLU };
 
 // Forward (out = act(gate) * up) or backward (dinp += (act'(gate) up dout, act(gate) dout)): bit
-// for bit against the shared math (kernels/common/activations.h: glibc expf / tanhf here) on the
+// for bit against the shared math (src/base/math/activations.h: glibc expf / tanhf here) on the
 // widened inputs, rounded once; against the CPU twin bit for bit for SwiGLU (the same math) and
 // within 5e-3 norm-wise for GeGLU (its twin's tanh is tanh_simd).
 void gated_case(Tally& tally, Glu glu, int N, int H, bool backward, bool misaligned,

@@ -12,7 +12,7 @@
 
 #include "attention_twin.h"
 #include "sweep.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace {
 

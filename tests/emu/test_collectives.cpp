@@ -22,7 +22,7 @@
 
 #include <nccl.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "dist/communicator.h"
 #include "emu_common.h"
 #include "kernels/cuda/collectives.cuh"

@@ -20,7 +20,7 @@
 #include "emu_common.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/quantize.cuh"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "kernels/cpu/quantize.h"
 
 namespace {

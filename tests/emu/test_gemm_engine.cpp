@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "emu_common.h"
-#include "kernels/common/qformat.h"
+#include "base/math/qformat.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cpu/quantize.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "emu_common.h"
 #include "kernels/cuda/multi_tensor_update.cuh"
 #include "kernels/cuda/optimizer_update.cuh"

@@ -19,7 +19,7 @@
 #include "emu_common.h"
 #include "sweep.h"
 #include "kernels/cuda/optimizer_update.cuh"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "kernels/cpu/quantized_update.h"
 #include "kernels/cpu/quantize.h"
 

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "kernels/common/attention_shape.h"
+#include "base/math/attention_shape.h"
 
 struct AttnShape {
   int B, T, NH, hs;

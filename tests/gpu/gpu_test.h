@@ -12,9 +12,9 @@
 
 #include "core/rel_err.h"
 #include "core/rng.h"
-#include "kernels/common/bf16.h"
+#include "base/math/bf16.h"
 #include "kernels/cuda/device_buffer.h"
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace eco::gputest {
 

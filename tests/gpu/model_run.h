@@ -7,10 +7,10 @@
 
 #include "core/config.h"
 #include "data/loader.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 
 namespace eco {
 

@@ -23,13 +23,13 @@
 
 #include "attention_shape.h"
 #include "gpu_test.h"
-#include "kernels/common/bf16.h"
+#include "base/math/bf16.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_gemm.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/gemm.h"
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace eco {
 namespace {

@@ -2,7 +2,7 @@
 // granularity, dequantize, the fp32 -> bf16 weight rounding, the activation casts, sum_squares,
 // sum_squares_segments)
 // against the CPU reference, through the Backend interface as the model calls them.
-// Bit-identical where both run the same kernels/common element math in the same order; the
+// Bit-identical where both run the same src/base/math element math in the same order; the
 // E4M3 activation cast equals the CPU cast of the same (bf16) values, rounded once to bf16.
 #include <gtest/gtest.h>
 
@@ -14,12 +14,12 @@
 #include <memory>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/rng.h"
 #include "gpu_test.h"
-#include "kernels/common/bf16.h"
+#include "base/math/bf16.h"
 #include "kernels/cuda/convert.cuh"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "kernels/cpu/quantize.h"
 
 namespace eco {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "gpu_test.h"
-#include "kernels/common/bf16.h"
+#include "base/math/bf16.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cpu/quantize.h"

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "gpu_test.h"
-#include "kernels/common/bf16.h"
+#include "base/math/bf16.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/activations.cuh"
 #include "kernels/cuda/classifier.cuh"

@@ -1,7 +1,7 @@
 // The whole model on the CUDA backend against the CPU reference backend, from identical weights
 // and data: one forward + backward (every block family: gpt2, llama, gemma3), and 20 training
 // steps under each precision treatment the GPU runs first; then the trainer end to end on the GPU
-// (checkpoint, resume, samples). Host code only (the CUDA backend is behind model/backend.h), so it is a .cpp
+// (checkpoint, resume, samples). Host code only (the CUDA backend is behind base/backend.h), so it is a .cpp
 // compiled by the host compiler.
 //
 // Tolerances (norm-wise relative error, gputest::rel_err; NaN/inf never pass):
@@ -44,11 +44,11 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "gpu_test.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "model_run.h"
 #include "optim/optimizer.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 

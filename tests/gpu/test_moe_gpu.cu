@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "gpu_test.h"
-#include "kernels/common/bf16.h"
-#include "kernels/common/moe_stats.h"
+#include "base/math/bf16.h"
+#include "base/math/moe_stats.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cuda/moe.cuh"
 

@@ -1,6 +1,6 @@
 // GPU tests: the plain AdamW / SGDM steps of many tensors in one launch
 // (kernels/cuda/multi_tensor_update.cuh) against the CPU backend's per-tensor loops. Tolerance 0:
-// the same kernels/common element functions with the same coefficients (--fmad=false,
+// the same src/base/math element functions with the same coefficients (--fmad=false,
 // -ffp-contract=off), so every parameter and moment must carry the CPU's bits, step after step.
 // The tensors mix sizes (empty, 1, 3, a chunk boundary +- 1, several chunks, a ragged tail),
 // alignments (offsets of 0 and 1 float: vector and element-wise paths) and weight decays, and sit
@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "gpu_test.h"
 #include "kernels/cuda/multi_tensor_update.cuh"
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace eco {
 namespace {

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "dist/communicator.h"
 #include "dist/device_communicator.h"
 #include "gpu_test.h"
 #include "kernels/cuda/collectives.cuh"
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace eco {
 namespace {

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu_test.h"
-#include "kernels/common/activations.h"
+#include "base/math/activations.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/quantize.cuh"
 #include "kernels/cpu/quantize.h"
@@ -16,7 +16,7 @@ using gputest::rel_err;
 using gputest::to_device;
 using gputest::to_host;
 
-// fp32 element-wise math on both sides from the same kernels/common function, no FMA
+// fp32 element-wise math on both sides from the same src/base/math function, no FMA
 // contraction. CUDA's tanhf and glibc's differ by an ulp or two (each is within 2 ulps), and
 // 0.5 x (1 + tanh(u)) amplifies that relative to the result for negative x (cancellation): on an
 // H200 the worst case was 5.2e-8 absolute at x ~ -0.2. Tolerance 1e-6 * (|x| + |gelu(x)|).

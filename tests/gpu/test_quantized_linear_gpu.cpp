@@ -30,11 +30,11 @@
 
 #include "core/rng.h"
 #include "gpu_test.h"
-#include "kernels/common/bf16.h"
+#include "base/math/bf16.h"
 #include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/quantize.cuh"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "kernels/cpu/quantize.h"
 
 namespace eco {

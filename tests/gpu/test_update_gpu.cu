@@ -1,7 +1,7 @@
 // GPU tests: the fused quantized-weight updates (kernels/cuda/optimizer_update.cuh) against the
 // CPU backend, whose quantized_*_update runs the CPU driver quantized_update_matrix
 // (kernels/cpu/quantized_update.h), and the plain fp32 AdamW / SGDM against the CPU backend's
-// loops. Tolerance 0: both backends run the same kernels/common element math with the same
+// loops. Tolerance 0: both backends run the same src/base/math element math with the same
 // rounding (--fmad=false, -ffp-contract=off) and the same Philox draws, so every code, scale,
 // moment and master weight must carry the same bits, step after step.
 // The update works in place (codes, scales, m, v are inputs and outputs), so "poisoned outputs"
@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "gpu_test.h"
-#include "kernels/common/eco_update.h"
-#include "kernels/common/format_quantizer.h"
+#include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
 #include "kernels/cuda/optimizer_update.cuh"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "kernels/cpu/quantize.h"
 
 namespace eco {
@@ -35,7 +35,7 @@ using gputest::randn;
 using gputest::to_device;
 using gputest::to_host;
 
-// The coefficients both backends take: adamw_coeffs (kernels/common/optimizer_rules.h; bias
+// The coefficients both backends take: adamw_coeffs (src/base/math/optimizer_rules.h; bias
 // corrections in double, rounded once), as the optimizer builds them.
 
 // Every element's bits equal; on failure names the first differing index and how many differ.

@@ -28,7 +28,7 @@
 #include "dist/device_communicator.h"
 #include "dist/mpi_communicator.h"
 #include "kernels/cuda/device_buffer.h"
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace {
 

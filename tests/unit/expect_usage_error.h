@@ -7,7 +7,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 
 inline void expect_usage_error(const std::function<void()>& fn,
                                std::initializer_list<std::string> parts) {

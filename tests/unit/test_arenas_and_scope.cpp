@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "train/checkpoint.h"
 #include "train/training_state.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "expect_usage_error.h"
 
 using eco::Config;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace fs = std::filesystem;
 using eco::Config;

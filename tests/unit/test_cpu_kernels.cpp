@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/common/activations.h"
+#include "base/math/activations.h"
 #include "kernels/cpu/kernels.h"
 
 namespace {

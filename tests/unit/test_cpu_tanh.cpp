@@ -82,7 +82,7 @@ TEST(CpuTanhSimd, SpecialValues) {
   EXPECT_TRUE(std::isnan(tanh_simd(-std::numeric_limits<float>::quiet_NaN())));
 }
 
-// GELU in double, as kernels/common/activations.h writes it.
+// GELU in double, as src/base/math/activations.h writes it.
 double gelu_ref(double x) {
   const double k = std::sqrt(2.0 / M_PI);
   return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));

@@ -1,11 +1,11 @@
-// The CUDA backend's attention path choice (kernels/common/cuda_attention.h), on the CPU: the
+// The CUDA backend's attention path choice (kernels/cuda/cuda_attention.h), on the CPU: the
 // ECO_CUDA_ATTENTION values and the fallback order mma -> gemm -> flash.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "core/error.h"
-#include "kernels/common/cuda_attention.h"
+#include "base/error.h"
+#include "kernels/cuda/cuda_attention.h"
 
 namespace eco {
 namespace {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "data/decode_table.h"
 #include "data/loader.h"
 #include "data/shard.h"

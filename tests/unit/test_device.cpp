@@ -7,8 +7,8 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/error.h"
-#include "model/backend.h"
+#include "base/error.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "train/trainer.h"
 

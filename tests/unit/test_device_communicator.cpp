@@ -10,7 +10,7 @@
 #include "dist/communicator.h"
 #include "dist/device_communicator.h"
 #include "expect_usage_error.h"
-#include "model/backend.h"
+#include "base/backend.h"
 
 namespace eco {
 namespace {

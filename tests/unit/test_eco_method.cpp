@@ -1,6 +1,6 @@
 // Specification tests of the ECO method (ECO.md; Nikdan et al., arXiv 2601.22101): the paper's
 // SGDM identities and its 1-D noisy quadratic, ECO.md's injection coefficients by hand, and the
-// fused group update (kernels/common/eco_update.h) against a float64 reference for AdamW and
+// fused group update (src/base/math/eco_update.h) against a float64 reference for AdamW and
 // SGDM under the master / naive / ECO policies, with fp32 and bf16 optimizer state.
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/common/bf16.h"
-#include "kernels/common/eco_update.h"
+#include "base/math/bf16.h"
+#include "base/math/eco_update.h"
 #include "kernels/cpu/quantized_update.h"
 
 #if __has_include(<cuda_bf16.h>)

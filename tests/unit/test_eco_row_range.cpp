@@ -14,11 +14,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/rng.h"
-#include "kernels/common/eco_update.h"
-#include "kernels/common/format_quantizer.h"
-#include "kernels/common/optimizer_rules.h"
+#include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
+#include "base/math/optimizer_rules.h"
 #include "kernels/cpu/quantized_update.h"
 
 namespace {

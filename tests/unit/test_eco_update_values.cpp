@@ -1,4 +1,4 @@
-// kernels/common/eco_update.h's register form of the group update (quantized_update_theta /
+// src/base/math/eco_update.h's register form of the group update (quantized_update_theta /
 // quantized_update_code, what the CUDA register kernel runs) against its buffer form
 // (quantized_update_pass1 / pass2 through the CPU driver quantized_update_matrix): the same bits
 // in codes, scales, m, v and master for every format x rounding x rule x policy x state type.
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/common/eco_update.h"
-#include "kernels/common/format_quantizer.h"
+#include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
 #include "kernels/cpu/quantized_update.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The FP8 codecs of kernels/common/qformat.h (branch-free, made for the GPU's per-element loops)
+// The FP8 codecs of src/base/math/qformat.h (branch-free, made for the GPU's per-element loops)
 // against their previous implementation, kept here verbatim as the reference: an explicit
 // significand shifted by a variable amount (64-bit for SR), with branches. Bits must not change:
 // SR decisions and codes feed checkpoints, resumed runs and the CPU/GPU bit-identity.
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/common/qformat.h"
+#include "base/math/qformat.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include "core/config.h"
 #include "hf/hf_import.h"
 #include "hf/safetensors.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The MoE router's math (kernels/common/moe_router.h through kernels/cpu/moe.h) in float64:
+// The MoE router's math (src/base/math/moe_router.h through kernels/cpu/moe.h) in float64:
 // top-k ties, gates of each mode, and the backward of each mode, of the aux (load-balance) loss
 // and of the z-loss against central finite differences.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// Specification tests of the element codecs (kernels/common/qformat.h) and the Philox generator
-// (kernels/common/philox.h): FP8 against the CUDA toolkit's own host conversions in cuda_fp8.h,
+// Specification tests of the element codecs (src/base/math/qformat.h) and the Philox generator
+// (src/base/math/philox.h): FP8 against the CUDA toolkit's own host conversions in cuda_fp8.h,
 // stochastic rounding against a grid table built from decode(), Philox against Random123.
 #include <gtest/gtest.h>
 
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/common/format_quantizer.h"
-#include "kernels/common/philox.h"
-#include "kernels/common/qformat.h"
+#include "base/math/format_quantizer.h"
+#include "base/math/philox.h"
+#include "base/math/qformat.h"
 
 #if __has_include(<cuda_fp8.h>)
 #include <cuda_fp8.h>

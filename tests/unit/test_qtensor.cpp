@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/common/philox.h"
+#include "base/math/philox.h"
 #include "kernels/cpu/quantize.h"
 
 namespace {

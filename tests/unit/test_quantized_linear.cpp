@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "kernels/cpu/quantize.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 
 namespace eco {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "temp_dir.h"
 #include "hf/hf_checkpoint.h"
 #include "hf/safetensors.h"

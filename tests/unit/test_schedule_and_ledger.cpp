@@ -7,11 +7,11 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/memory_ledger.h"
+#include "base/memory_ledger.h"
 #include "model/param_table.h"
 #include "optim/optimizer.h"
 #include "train/trainer.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "train/plan_report.h"
 

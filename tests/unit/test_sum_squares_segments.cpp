@@ -17,8 +17,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/error.h"
-#include "model/backend.h"
+#include "base/error.h"
+#include "base/backend.h"
 
 namespace eco {
 namespace {

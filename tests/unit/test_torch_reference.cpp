@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "fixture_io.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 

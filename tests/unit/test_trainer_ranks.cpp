@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "train/run_context.h"
 #include "train/signals.h"
 #include "train/trainer.h"

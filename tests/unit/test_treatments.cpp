@@ -5,12 +5,12 @@
 #include <cmath>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/rng.h"
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 #include "kernels/cpu/quantize.h"
 #include "train/trainer.h"
 

@@ -23,11 +23,11 @@
 
 #include "core/config.h"
 #include "data/loader.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "model_run.h"
 #include "optim/optimizer.h"
-#include "core/treatment.h"
+#include "base/treatment.h"
 #include "sweep.h"
 
 namespace eco {

@@ -27,7 +27,7 @@
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "dist/device_communicator.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/expert_parallel.h"
 #include "model/transformer.h"
 #include "thread_group.h"

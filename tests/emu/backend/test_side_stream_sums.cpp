@@ -27,7 +27,7 @@
 #include "core/config.h"
 #include "data/loader.h"
 #include "dist/device_communicator.h"
-#include "model/backend.h"
+#include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/zero_shards.h"
 #include "thread_group.h"

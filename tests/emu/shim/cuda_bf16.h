@@ -1,10 +1,10 @@
 // Host emulation of the cuda_bf16.h pieces the kernels use: the conversions follow
-// kernels/common/bf16.h (RNE, NaN -> 0x7fff); they were checked equal to the real header's host
+// src/base/math/bf16.h (RNE, NaN -> 0x7fff); they were checked equal to the real header's host
 // functions on all 2^32 floats when the emulator was written (tests/emu/README.md).
 #pragma once
 #include <cstdint>
 #include "cuda_runtime.h"
-#include "kernels/common/bf16.h"
+#include "base/math/bf16.h"
 struct __nv_bfloat16 {
   unsigned short x;
 };

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/common/hd.h"
+#include "base/math/hd.h"
 
 namespace eco {
 

@@ -10,18 +10,18 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/memory_ledger.h"
-#include "core/tensor.h"
-#include "core/qtensor.h"
-#include "core/treatment.h"
-#include "kernels/common/attention_shape.h"
-#include "kernels/common/bf16.h"
-#include "kernels/common/eco_update.h"
-#include "kernels/common/moe_router.h"
-#include "kernels/common/moe_stats.h"
-#include "kernels/common/optimizer_rules.h"
-#include "kernels/common/sum_segment.h"
+#include "base/device.h"
+#include "base/memory_ledger.h"
+#include "base/tensor.h"
+#include "base/qtensor.h"
+#include "base/treatment.h"
+#include "base/math/attention_shape.h"
+#include "base/math/bf16.h"
+#include "base/math/eco_update.h"
+#include "base/math/moe_router.h"
+#include "base/math/moe_stats.h"
+#include "base/math/optimizer_rules.h"
+#include "base/math/sum_segment.h"
 
 namespace eco {
 
@@ -41,7 +41,7 @@ struct WorkspaceShapes {
   int attention_width() const { return n_head * (head_dim > 0 ? head_dim : d_model / n_head); }
 };
 
-// AttentionShape (kernels/common/attention_shape.h): the shape of a grouped-query, optionally
+// AttentionShape (src/base/math/attention_shape.h): the shape of a grouped-query, optionally
 // sliding-window causal attention with a query scale.
 
 // One tensor of a plain (unquantized) update: param, grad, m (and v for AdamW) of n elements.
@@ -284,7 +284,7 @@ class Backend {
   virtual void moe_scatter_add(const Tensor& dx, const Tensor& drows, const Tensor& row_of_slot,
                                int N, int C, int k) = 0;
   // dlogits (N, E) += the router backward from dgates (N, k), the aux loss's per-expert
-  // weights aux_w (E; empty: no aux loss) and the z-loss coefficient (kernels/common/
+  // weights aux_w (E; empty: no aux loss) and the z-loss coefficient (src/base/math/
   // moe_router.h, moe_router_backward_token).
   virtual void moe_router_backward(const Tensor& dlogits, const Tensor& dgates,
                                    const Tensor& idx, const Tensor& gates, const Tensor& probs,
@@ -329,12 +329,12 @@ class Backend {
                                          int OC);
 
   // ---- optimizer ----------------------------------------------------------------------------
-  // The step's coefficients (kernels/common/optimizer_rules.h) come from the optimizer, built
+  // The step's coefficients (src/base/math/optimizer_rules.h) come from the optimizer, built
   // once per step, and reach the element math unchanged; the per-parameter weight decay is
   // already in them (the *_many updates take it from each PlainUpdate).
   virtual double sum_squares(const Tensor& x, int64_t n) = 0;
   // out[k] = the sum over i in [segs[k].offset, segs[k].offset + segs[k].length) of
-  // double(x[i])^2, for every k (SumSegment: kernels/common/sum_segment.h, elements of x viewed
+  // double(x[i])^2, for every k (SumSegment: src/base/math/sum_segment.h, elements of x viewed
   // flat). Each segment's sum is computed in an order fixed by its length alone: the same segment
   // asked alone, among others, with any thread count or launch gives the same bits (the caller
   // adds the partials in a fixed order: optim's sharding-independent gradient norm). x: F32 (F64
@@ -352,7 +352,7 @@ class Backend {
   // sgdm_update per tensor; CUDA runs them all in one launch, with the same bits.
   virtual void adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWCoeffs& c);
   virtual void sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmCoeffs& c);
-  // The fused update of a quantized parameter (kernels/common/eco_update.h), one scale group at
+  // The fused update of a quantized parameter (src/base/math/eco_update.h), one scale group at
   // a time: moments, theta (never stored), new scale, codes, and under ECO the error into m.
   // master is the fp32 master copy (Master policy) or empty; m, v are fp32 or bf16; all of them
   // hold the whole tensor. `rows`: the rows to update (all by default) and the global index of

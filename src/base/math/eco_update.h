@@ -1,5 +1,5 @@
 // The fused update of weights that live only in quantized form (ECO.md): one scale group under
-// the master / naive / ECO policies, with kernels/common/optimizer_rules.h's AdamW or SGDM rule
+// the master / naive / ECO policies, with src/base/math/optimizer_rules.h's AdamW or SGDM rule
 // (the formula plain updates use too). Shared by the CPU driver (kernels/cpu/quantized_update.h)
 // and the CUDA kernels; theta (the unquantized update) never leaves registers.
 //
@@ -32,11 +32,11 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/bf16.h"
-#include "kernels/common/hd.h"
-#include "kernels/common/optimizer_rules.h"
-#include "kernels/common/philox.h"
-#include "kernels/common/scale_groups.h"
+#include "base/math/bf16.h"
+#include "base/math/hd.h"
+#include "base/math/optimizer_rules.h"
+#include "base/math/philox.h"
+#include "base/math/scale_groups.h"
 
 namespace eco {
 

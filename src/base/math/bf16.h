@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/common/hd.h"
+#include "base/math/hd.h"
 
 namespace eco {
 

@@ -1,7 +1,7 @@
 // Scalar activation functions and their derivatives, shared by both backends.
 #pragma once
 #include <cmath>
-#include "kernels/common/hd.h"
+#include "base/math/hd.h"
 
 namespace eco {
 

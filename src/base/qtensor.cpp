@@ -1,7 +1,7 @@
 // QTensor views and their layout check.
-#include "core/qtensor.h"
+#include "base/qtensor.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco {
 

@@ -4,9 +4,9 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/common/hd.h"
-#include "kernels/common/philox.h"
-#include "kernels/common/qformat.h"
+#include "base/math/hd.h"
+#include "base/math/philox.h"
+#include "base/math/qformat.h"
 
 namespace eco {
 

@@ -2,9 +2,9 @@
 // language-model head, unfused residual + norm, per-tensor plain updates; the segment check of
 // sum_squares_segments. make_backend is in make_backend.cpp, so that linking the CPU backend
 // alone (tests/emu) needs no CUDA backend.
-#include "model/backend.h"
+#include "base/backend.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco {
 

@@ -1,11 +1,11 @@
 // The optimizer's step coefficients (AdamWCoeffs, SgdmCoeffs: built once per step by the
 // optimizer, passed unchanged to the backends and their kernels) and the one element formula of
-// each rule, which plain and quantized updates share (quantized: kernels/common/eco_update.h).
+// each rule, which plain and quantized updates share (quantized: src/base/math/eco_update.h).
 #pragma once
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/common/hd.h"
+#include "base/math/hd.h"
 
 namespace eco {
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/common/activations.h"
-#include "kernels/common/hd.h"
+#include "base/math/activations.h"
+#include "base/math/hd.h"
 
 namespace eco {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/common/hd.h"
+#include "base/math/hd.h"
 
 namespace eco {
 

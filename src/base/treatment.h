@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/eco_update.h"
-#include "kernels/common/qformat.h"
-#include "kernels/common/scale_groups.h"
+#include "base/math/eco_update.h"
+#include "base/math/qformat.h"
+#include "base/math/scale_groups.h"
 
 namespace eco {
 

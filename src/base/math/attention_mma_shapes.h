@@ -4,7 +4,7 @@
 // fmt.
 #pragma once
 
-#include "kernels/common/attention_shape.h"
+#include "base/math/attention_shape.h"
 
 namespace eco {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/common/hd.h"
+#include "base/math/hd.h"
 
 namespace eco {
 

@@ -1,5 +1,5 @@
 // The memory ledger's bookkeeping and its printed table.
-#include "core/memory_ledger.h"
+#include "base/memory_ledger.h"
 
 #include <fmt/format.h>
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/common/moe_stats.h"
+#include "base/math/moe_stats.h"
 
 namespace eco {
 

@@ -4,8 +4,8 @@
 #pragma once
 #include <cstring>
 
-#include "core/error.h"
-#include "kernels/common/attention_mma_shapes.h"
+#include "base/error.h"
+#include "base/math/attention_mma_shapes.h"
 
 namespace eco {
 

@@ -1,7 +1,7 @@
 // The treatment table: names -> storage, master copy, update rule, forward casts.
-#include "core/treatment.h"
+#include "base/treatment.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace eco {
 

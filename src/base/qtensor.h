@@ -1,12 +1,12 @@
 // QTensor: a non-owning view of a weight held only in quantized form (codes + fp32 scales), with
-// its layout rules. The scale-group geometry is kernels/common/scale_groups.h's; the quantizers
+// its layout rules. The scale-group geometry is src/base/math/scale_groups.h's; the quantizers
 // that fill a QTensor are the backends' (kernels/cpu/quantize.h, kernels/cuda/quantize.cuh).
 #pragma once
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "kernels/common/qformat.h"
-#include "kernels/common/scale_groups.h"
+#include "base/tensor.h"
+#include "base/math/qformat.h"
+#include "base/math/scale_groups.h"
 
 namespace eco {
 
