@@ -1,7 +1,7 @@
 // The CUDA Backend: bf16 activations (and their gradients, and logits), fp32 parameters,
 // gradients, optimizer state and saved statistics; every operation is one or a few launches of
 // the kernels in kernels/cuda on one stream, the GEMMs through one GemmEngine (cuBLASLt).
-// Host code, compiled by the host compiler (so it may use fmt through core/error.h).
+// Host code, compiled by the host compiler (so it may use fmt through base/error.h).
 //
 // Dense weights reach the GEMMs as the fp32 tensors ParamStore's compute view gives (the
 // parameter or its bf16-rounded master) and are converted to bf16 into a scratch before each

@@ -183,7 +183,7 @@ struct TrainConfig {
 };
 
 struct PrecisionConfig {
-  Treatment treatment;  // fp32 by default; the names are core/treatment.h's
+  Treatment treatment;  // fp32 by default; the names are base/treatment.h's
   QuantizeScope quantize = QuantizeScope::Blocks;  // which parameters the treatment applies to
 };
 

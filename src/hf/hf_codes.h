@@ -32,7 +32,7 @@ std::vector<int64_t> scales_piece_shape(Granularity g, int64_t rows, int64_t col
 bool codes_split_ok(Granularity g, int64_t row0, int64_t rows, int64_t total_rows);
 
 // Copies the piece of rows [row0, row0 + rows) between a whole QTensor's host codes and scales
-// (layout of core/qtensor.h) and the piece's (layout above). extract: whole -> piece.
+// (layout of base/qtensor.h) and the piece's (layout above). extract: whole -> piece.
 void extract_codes_piece(const QTensor& whole, const uint8_t* codes, const float* scales,
                          int64_t row0, int64_t rows, uint8_t* piece_codes, float* piece_scales);
 // insert: piece -> whole. Per-tensor scales must agree across the pieces of one weight: returns

@@ -1,4 +1,4 @@
-// Specification tests of QTensor and the CPU reference quantize/dequantize (core/qtensor.h, kernels/cpu/quantize.h):
+// Specification tests of QTensor and the CPU reference quantize/dequantize (base/qtensor.h, kernels/cpu/quantize.h):
 // scale groups, error bounds, absmax -> rho, INT4 packing, zero groups, and the Philox keying that
 // makes SR deterministic across thread counts (and, by construction, across backends).
 #include <gtest/gtest.h>
