@@ -34,7 +34,7 @@
 // the key schedule recomputed per element, which the compiler does not hoist out of the codec's
 // per-element branches). Reaching 70% needs that shared code (kernels/common/philox.h, qformat.h)
 // made cheaper for the compiler, bit for bit, which is outside this kernel.
-// Since then (same bits; static SASS of the sm_90a kernel, scripts/sass_count.sh, not yet timed
+// Since then (same bits; static SASS of the sm_90a kernel, scripts/dev/sass_count.sh, not yet timed
 // on a GPU): one Philox call per 4 elements with a precomputed key schedule (~13 instructions per
 // element), a branch-free E4M3 codec (SR encode 18, decode 8), the step's uniform terms and the
 // row's scale computed once, 32-bit column math, a 4-shuffle team max; and, at late steps (both

@@ -7,12 +7,12 @@
 # parameters, 20.1 tokens each) and lm1b-m.yaml (443,232, 20.3 tokens each), with
 # scripts/reproduce.sh: resumable, results/table1-lm1b-{s,m}/summary.md beside the paper's 30M
 # gaps. Extra arguments go to reproduce.sh's eco-train commands (e.g. -- --set train.threads=1).
-#   scripts/table1_cpu.sh [s|m|both] [-- --set k=v ...]
+#   results/table1_cpu.sh [s|m|both] [-- --set k=v ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=(s m)
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then
-  case $1 in s|m) sizes=("$1") ;; both) ;; *) echo "usage: scripts/table1_cpu.sh [s|m|both] [-- --set k=v ...]" >&2; exit 2 ;; esac
+  case $1 in s|m) sizes=("$1") ;; both) ;; *) echo "usage: results/table1_cpu.sh [s|m|both] [-- --set k=v ...]" >&2; exit 2 ;; esac
   shift
 fi
 lm1b=../shared/data/lm1b

@@ -9,9 +9,9 @@
 #   - a file under src/core includes another src/ folder,
 #   - a file under src/ (but src/cli, the program) includes kernels/cpu or kernels/cuda.
 # src/ is an include directory, so those headers appear as "optim/...", "quant/..." etc.
-# Usage: scripts/check_layering.sh [SOURCE_DIR]   (default: the repository this script is in)
+# Usage: scripts/dev/check_layering.sh [SOURCE_DIR]   (default: the repository this script is in)
 set -euo pipefail
-root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$root"
 
 # Exceptions, each "FILE:#include ..." with its reason (none today).

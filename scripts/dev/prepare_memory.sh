@@ -2,7 +2,7 @@
 # Measures data/prepare.py's peak memory (max RSS) on a synthetic text corpus of SIZE_MB (default
 # 1024, i.e. 1 GiB) that it writes to /tmp and deletes afterwards: issue 15 asks for under 500 MB.
 # Not a test (it takes minutes); run from the project root:
-#   scripts/prepare_memory.sh [TOKENIZER (default sentencepiece, the T5 model)] [SIZE_MB]
+#   scripts/dev/prepare_memory.sh [TOKENIZER (default sentencepiece, the T5 model)] [SIZE_MB]
 # The corpus: paragraphs of 1-12 lines of random words (a Zipf-like vocabulary of 50,000), a 16 MiB
 # block repeated; the tokenizers keep no state that grows with the input, so repeats are fair.
 set -euo pipefail
