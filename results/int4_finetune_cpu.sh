@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ECO paper's INT4 fine-tune at CPU scale (issue 16; configs/int4-finetune-cpu.yaml), on one
+# The ECO paper's INT4 fine-tune at CPU scale (configs/int4-finetune-cpu.yaml), on one
 # core, resumable at every stage:
 #   1. LM1B's two heldout sections as 1024-token BPE shards (data/lm1b-all-bpe1024, the line of
 #      results/table1_cpu.sh) and a bf16-mw pretraining of configs/table1/lm1b-s.yaml on them
@@ -19,7 +19,7 @@
 # int4-mw-rtn and int4-eco-sr, then the other treatments at 1e-3). 3e-4 is a tenth of the
 # pretraining's peak (3e-3), the usual fine-tuning ratio; at 1e-4 the master-weight run is still
 # far from converged after 3 epochs (0.15 above 3e-4), and 1e-3 is better still for the
-# master-weight runs: README "The INT4 fine-tune" gives both tables.
+# master-weight runs: docs/results.md, "The INT4 fine-tune", gives both tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() { echo "usage: results/int4_finetune_cpu.sh [--lr LR] [TREATMENT...] [-- --set k=v ...]" >&2; exit 2; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The ECO paper's Table 1 at our scale, on real text, on 2 CPU cores (one per size: the
-# configs train on one thread each, and `both` runs the two sizes side by side): prepares LM1B's two heldout
-# sections beside the checkout as 1024-token BPE shards (data/lm1b-all-bpe1024, git-ignored; a
+# The ECO paper's Table 1 at our scale, on real text, on 2 CPU cores (one per size: the configs
+# train on one thread each, and `both` runs the two sizes side by side): prepares LM1B's two
+# heldout sections beside the checkout as 1024-token BPE shards (data/lm1b-all-bpe1024, git-ignored; a
 # no-op when up to date), then trains the five treatments (bf16-mw, fp8-mw-rtn, fp8-naive-sr,
 # fp8-eco-rtn, fp8-eco-sr) at two sizes, configs/table1/lm1b-s.yaml (213,568 non-embedding
 # parameters, 20.1 tokens each) and lm1b-m.yaml (443,232, 20.3 tokens each), with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The include layering (README.md, Architecture): fails, listing each offending #include, when
+# The include layering (docs/architecture.md): fails, listing each offending #include, when
 #   - a file under kernels/ includes a header of src/optim, src/train, src/data, src/cli or
 #     src/quant (or any "src/..." path),
 #   - a file under kernels/cpu or kernels/cuda includes src/model other than the backend interface
@@ -14,7 +14,7 @@ set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$root"
 
-# Exceptions, each "FILE:#include ..." with its reason (none today).
+# Exceptions, each "FILE:#include ..." with its reason (none).
 allowed=()
 
 violations=()

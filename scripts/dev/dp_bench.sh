@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Data-parallel scaling on the CPU (issue 14): 2 ranks x 1 thread (mpirun, parallel.dp 2)
+# Data-parallel scaling on the CPU: 2 ranks x 1 thread (mpirun, parallel.dp 2)
 # against 1 rank x 2 threads accumulating the same 2 micro-batches a step, in one sitting,
 # alternated ROUNDS times so that a change in the machine's load hits both alike. Tokens/s is
 # the median of the steps after the first few (metrics.jsonl, one line a step). Prints each
-# round's tokens/s and the median ratio (2 ranks / 1 rank; the issue asks for >= 0.9).
+# round's tokens/s and the median ratio (2 ranks / 1 rank; the target is >= 0.9).
 #   scripts/dev/dp_bench.sh [CONFIG] [--rounds N] [--steps N] [-- --set k=v ...]
 # Default CONFIG: configs/quickstart.yaml; 3 rounds of 30 steps. Needs build/eco-train with MPI.
 set -euo pipefail

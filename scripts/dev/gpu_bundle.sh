@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Builds, on a machine without a GPU, what scripts/dev/gpu_check.sh runs on a GPU machine that lacks
-# the build dependencies: the GPU tests, eco-train and the GPU benchmarks for one architecture,
-# plus the shared libraries they need beyond the C/C++ runtime and CUDA (which the GPU machine
-# has), into one folder and OUT_DIR.tar.xz (both gitignored; the archive is what fits the device
-# tool's 64 MiB carry).
+# Builds, on a machine without a GPU, what scripts/dev/gpu_check.sh runs on a GPU machine that
+# lacks the build dependencies: the GPU tests, eco-train and the GPU benchmarks for one
+# architecture, plus the shared libraries they need beyond the C/C++ runtime and CUDA (which the
+# GPU machine has), into one folder and OUT_DIR.tar.xz (both gitignored; the archive is what fits
+# the device tool's 64 MiB carry).
 #   scripts/dev/gpu_bundle.sh [OUT_DIR [ARCH]]        defaults: gpu-prebuilt 90a
-# Then, on the GPU machine: tar -xJf OUT_DIR.tar.xz && ECO_GPU_PREBUILT=OUT_DIR scripts/dev/gpu_check.sh
-# LOG_DIR
+# Then, on the GPU machine:
+#   tar -xJf OUT_DIR.tar.xz && ECO_GPU_PREBUILT=OUT_DIR scripts/dev/gpu_check.sh LOG_DIR
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-gpu-prebuilt}

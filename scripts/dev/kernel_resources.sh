@@ -2,12 +2,12 @@
 # What every CUDA kernel asks of the GPU, checked without one: registers, spills, stack and
 # static shared memory per architecture, from ptxas (`nvcc --resource-usage`).
 #
-#   scripts/dev/kernel_resources.sh [ARCHS]           compiles kernels/cuda/*.cu for ARCHS (e.g.
-#                                                 "90a;89;80" or 90a,89,80, the default)
-#   scripts/dev/kernel_resources.sh --reports DIR     reads the reports the build kept (the CUDA
-#                                                 library compiles through
-#                                                 scripts/dev/nvcc_keep_ptxas_report.sh: DIR holds
-#                                                 NAME.cu.o.ptxas.txt), compiling nothing
+#   scripts/dev/kernel_resources.sh [ARCHS]        compiles kernels/cuda/*.cu for ARCHS (e.g.
+#                                                  "90a;89;80" or 90a,89,80, the default)
+#   scripts/dev/kernel_resources.sh --reports DIR  reads the reports the build kept (the CUDA
+#                                                  library compiles through
+#                                                  scripts/dev/nvcc_keep_ptxas_report.sh: DIR
+#                                                  holds NAME.cu.o.ptxas.txt), compiling nothing
 #
 # Fails (exit 1) when
 #   - a __global__ function in kernels/cuda has no __launch_bounds__: with the bound, ptxas keeps

@@ -1,4 +1,4 @@
-# Data parallelism on the GPU (issue 14): 2 ranks on device: cuda (sharing one GPU when there is
+# Data parallelism on the GPU: 2 ranks on device: cuda (sharing one GPU when there is
 # one) end byte-identical to one rank accumulating 2 micro-batches, under bf16-mw and fp8-eco-sr
 # (every block linear's forward the FP8 GEMM). The gradients are summed over MPI through host
 # memory in rank order. Skips (77) without mpirun, without MPI or CUDA in the build, or without
