@@ -17,8 +17,8 @@ pretraining run of a fine-tune). Runs started from a Hugging Face checkpoint (mo
 add the imported weights' val loss (summary.json initial_val_loss, metrics.jsonl step 0) and the
 change from it. --vs adds a column of gaps to that treatment's final val loss (e.g. int4-mw-rtn).
 
---paper adds the ECO paper's final C4 validation losses of that size (Table 1, as noted in
-../shared/design/ECO.md) and their gaps to bf16-mw beside ours: a reproduction at another scale
+--paper adds the ECO paper's final C4 validation losses of that size (its Table 1, PAPER below;
+docs/eco.md) and their gaps to bf16-mw beside ours: a reproduction at another scale
 or on another corpus compares gaps, not losses.
 """
 import argparse

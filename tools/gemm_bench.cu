@@ -336,7 +336,7 @@ int main(int argc, char** argv) {
                             {"square 8192", 8192, 8192, 8192}};
     const Kind kinds[] = {Kind::Bf16Fwd, Kind::Fp8RowFwd, Kind::Fp8TensorFwd, Kind::Bf16Dinp,
                           Kind::Bf16Dweight};
-    // Markdown rows (scripts/gpu_check.sh collects the lines starting with '|').
+    // Markdown rows (scripts/dev/gpu_check.sh collects the lines starting with '|').
     std::printf("| %-14s | %-23s | %5s | %5s | %5s | %9s | %8s | %6s | %10s |\n", "shape", "gemm",
                 "N", "C", "OC", "time (us)", "TFLOP/s", "% peak", "floor (us)");
     std::printf("|----------------|-------------------------|-------|-------|-------|-----------|"

@@ -8,7 +8,7 @@ kernels/cpu/kernels.h. For each family the fixture holds the config, every param
 losses / gradient norms of 10 steps of torch.optim.AdamW with clip_grad_norm_ on that batch.
 Two SMoE fixtures (moe_topk_softmax on the GPT-2 family, moe_softmax_topk on Llama; 4 experts,
 top 2, one shared expert, MoE in every layer) do the same with ecotrain's MoE MLP
-(../shared/design/MOE.md): the loss written is the cross-entropy that ecotrain returns, the
+(docs/moe.md): the loss written is the cross-entropy that ecotrain returns, the
 gradients and the AdamW run are of cross-entropy + every layer's aux + z losses (the routed
 counts n_i held constant), as ecotrain's backward adds them.
 tests/unit/test_torch_reference.cpp replays all of it on the CPU backend (f32 and f64).

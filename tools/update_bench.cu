@@ -21,27 +21,29 @@
 // optimizer step (its 48 quantized tensors back to back); the kernel choices (GroupKernel) at
 // each shape. The headline (fp8-eco-sr, fp32 m/v) is judged against >= 70% of the copy.
 //
-// What bounds it (H200, 2026-11-30, register kernel, 4 elements per thread): not the bytes. The
-// copy ran at 4.20 TB/s and the plain fp32 AdamW at 3.1-4.2 TB/s (75-100%), but fp8-eco-sr
-// AdamW at 1.59 TB/s (37.9% on 8192x8192, 37.0% over GPT-2's 48 tensors), fp8-eco-rtn at
-// 2.30 TB/s (54.8%), and bf16 moments (14 B instead of 22) took as long as fp32 ones. Nsight
-// Compute on the 2304x768 SR update: 287 SASS instructions per element, issue slots 73% busy,
-// DRAM 20% busy. The H200 issues ~3.3e13 thread-instructions/s, so 70% of the copy (137 G
-// elements/s) allows at most ~245 per element at a perfect 100% issue rate. Per element the
-// shared math costs, from the SASS: 4 IEEE divisions and a sqrt (~50 with their range checks),
-// the E4M3 decode twice and the SR encode (~60, 64-bit shifts and branches), and Philox-4x32-10
-// (~85: per round two 32x32->64 multiplies, two 3-way xors, plus an add of zero per multiply and
-// the key schedule recomputed per element, which the compiler does not hoist out of the codec's
-// per-element branches). Reaching 70% needs that shared code (src/base/math/philox.h, qformat.h)
-// made cheaper for the compiler, bit for bit, which is outside this kernel.
-// Since then (same bits; static SASS of the sm_90a kernel, scripts/sass_count.sh, not yet timed
-// on a GPU): one Philox call per 4 elements with a precomputed key schedule (~13 instructions per
-// element), a branch-free E4M3 codec (SR encode 18, decode 8), the step's uniform terms and the
+// What bounds it (an H200, the register kernel at 4 elements per thread, in the form before the
+// per-element changes of the next paragraph): not the bytes. The copy ran at 4.20 TB/s and the
+// plain fp32 AdamW at 3.1-4.2 TB/s (75-100%), but fp8-eco-sr AdamW at 1.59 TB/s (37.9% on
+// 8192x8192, 37.0% over GPT-2's 48 tensors), fp8-eco-rtn at 2.30 TB/s (54.8%), and bf16 moments
+// (14 B instead of 22) took as long as fp32 ones. Nsight Compute on the 2304x768 SR update: 287
+// SASS instructions per element, issue slots 73% busy, DRAM 20% busy. The H200 issues ~3.3e13
+// thread-instructions/s, so 70% of the copy (137 G elements/s) allows at most ~245 per element at a
+// perfect 100% issue rate. Per element the shared math costs, from the SASS: 4 IEEE divisions and a
+// sqrt (~50 with their range checks), the E4M3 decode twice and the SR encode (~60, 64-bit shifts
+// and branches), and Philox-4x32-10 (~85: per round two 32x32->64 multiplies, two 3-way xors, plus
+// an add of zero per multiply and the key schedule recomputed per element, which the compiler does
+// not hoist out of the codec's per-element branches). Reaching 70% needs that shared code
+// (src/base/math/philox.h, qformat.h) made cheaper for the compiler, bit for bit, which is outside
+// this kernel.
+// The kernel here (the same bits; static SASS of the sm_90a kernel, scripts/dev/sass_count.sh; not
+// timed on a GPU): one Philox call per 4 elements with a precomputed key schedule (~13 instructions
+// per element), a branch-free E4M3 codec (SR encode 18, decode 8), the step's uniform terms and the
 // row's scale computed once, 32-bit column math, a 4-shuffle team max; and, at late steps (both
 // bias corrections 1: the "late step" rows), kernels without the two bias-correction divisions.
 // Straight-line instructions per element (no division slow path), 4 / 16 elements per thread:
-// 329 / 290 before, 178 / 165 now, 155 / 141 at late steps. Left: four IEEE divisions and a
-// sqrt (~45, bit-exact only as they are) and the reloads of kernel parameters around them.
+// 178 / 165 (329 / 290 in the form measured above), 155 / 141 at late steps. What remains: four
+// IEEE divisions and a sqrt (~45, bit-exact only as they are) and the reloads of kernel parameters
+// around them.
 // Usage: eco-update-bench [square]   (the large square's side, default 8192)
 #include <cuda_runtime.h>
 

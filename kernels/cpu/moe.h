@@ -1,4 +1,4 @@
-// The MoE reference kernels (../shared/design/MOE.md): routing, the counting-sort dispatch,
+// The MoE reference kernels (docs/moe.md): routing, the counting-sort dispatch,
 // gather / combine and their backwards. Plain functions over raw buffers, templated on the
 // scalar like kernels.h; the per-token router math is src/base/math/moe_router.h's.
 //

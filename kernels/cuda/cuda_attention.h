@@ -27,7 +27,8 @@ inline CudaAttention parse_cuda_attention(const char* value) {
 
 // The path a call takes given the requested one and which paths accept the call's shapes and
 // buffers: the request where it applies, else the next in the order mma -> gemm -> flash.
-// Auto is gemm, else flash, for now; it switches to mma once GpuAttentionMma passes on a GPU.
+// Auto is gemm, else flash: the mma kernel runs only on request, as its GPU tests (GpuAttentionMma)
+// are not verified on a GPU; scripts/dev/gpu_check.sh prints the verdict on letting auto pick it.
 inline CudaAttention choose_cuda_attention(CudaAttention requested, bool mma_ok, bool gemm_ok) {
   switch (requested) {
     case CudaAttention::Mma:

@@ -326,7 +326,7 @@ class CudaBackend final : public Backend {
   // (kernels/cuda/cuda_attention.h): the one ECO_CUDA_ATTENTION asks for where the call's
   // shapes and buffers allow it, else the next of mma (attention_mma.cuh: hs 32, 64, 128), the
   // cuBLASLt GEMMs (attention_gemm.cuh: hs % 8 == 0) and the flash kernel (attention.cuh: any
-  // shape); auto is gemm for now (mma once it has passed its GPU tests on a GPU). All save the
+  // shape); auto is gemm, else flash (mma runs only on request: cuda_attention.h). All save the
   // same lse, so a forward and a backward may take different paths.
   void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
                          int Tn, int C, int NH) override {

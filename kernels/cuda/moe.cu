@@ -1,4 +1,4 @@
-// The MoE kernels of moe.cuh (../shared/design/MOE.md). Every result is deterministic: no atomics,
+// The MoE kernels of moe.cuh (docs/moe.md). Every result is deterministic: no atomics,
 // each sum in a fixed order, every work split a function of the shapes only.
 //  - moe_route, moe_router_backward: a thread per token running src/base/math/moe_router.h's
 //    per-token math in fp32 on its rows in global memory: the CPU twin's own code.

@@ -1,4 +1,4 @@
-// The MoE kernels on the GPU (../shared/design/MOE.md): routing, the router's sums, the
+// The MoE kernels on the GPU (docs/moe.md): routing, the router's sums, the
 // counting-sort dispatch, gather / combine and their backwards. Contracts and layout as
 // eco::cpu::moe_* (kernels/cpu/moe.h), the CPU twins: router tensors fp32 (logits, probs, lse,
 // gates, dlogits, dgates), slot maps int32, token rows bf16 (activations), sums in fp32 over bf16

@@ -19,7 +19,7 @@
 // Bytes moved: exactly the minimum (fp32 AdamW + E4M3: 13 read + 9 written per element). Short
 // rows share a block (one team per threadIdx.y); a block with fewer rows left than teams keeps
 // its idle teams in the barrier. It runs at the rate of its instructions, not of its bytes: see
-// tools/update_bench.cu, and scripts/sass_count.sh for its instruction count per element.
+// tools/update_bench.cu, and scripts/dev/sass_count.sh for its instruction count per element.
 //
 // The two-pass kernel (Block128 tiles, rows wider than 8192; forced with GroupKernel::TwoPass):
 // one block per group; pass 1 stores m, v, pass 2 re-reads codes, m and v and recomputes theta

@@ -179,7 +179,9 @@ int run(int argc, char** argv, eco::Communicator& comm) {
   const eco::Config cfg = eco::load_config(config_path, overrides);
   check_ranks_agree(cfg, comm);
   if (plan) {
-    if (comm.rank() != 0) return 0;  // one plan: the ranks' are equal today (zero 0, ep 1)
+    // One plan, printed by rank 0: it sizes the rank with the largest share (the most ZeRO-1
+    // rows; under ep every rank holds as many experts), so it holds for every rank.
+    if (comm.rank() != 0) return 0;
     const eco::MemoryFit fit = eco::memory_fit(cfg);
     std::fputs(eco::plan_report(cfg).c_str(), stdout);
     std::printf("memory: %s: %s\n", fit.describe().c_str(),

@@ -187,11 +187,11 @@ struct PrecisionConfig {
   QuantizeScope quantize = QuantizeScope::Blocks;  // which parameters the treatment applies to
 };
 
-// How the processes of a run share the work (issue 14; ../shared/design/DISTRIBUTED.md). The
-// launcher (mpirun, srun) must start dp x ep processes. Today: data parallelism (dp ranks, each
-// a micro-batch of train.batch_size, gradients summed in rank order) and ZeRO-1 (zero: 1: each
-// rank keeps the optimizer state of its own rows of every parameter, optim/zero_shards.h); ep is
-// refused until expert parallelism exists.
+// How the processes of a run share the work (docs/parallelism.md). The launcher (mpirun, srun)
+// must start dp x ep processes: data parallelism (dp ranks, each a micro-batch of
+// train.batch_size, gradients summed in rank order), expert parallelism (the routed experts split
+// over ep ranks, model/expert_parallel.h) and ZeRO-1 (zero: 1: each rank keeps the optimizer
+// state of its own rows of every parameter, optim/zero_shards.h).
 struct ParallelConfig {
   int dp = 1;    // data-parallel ranks
   int ep = 1;    // expert-parallel ranks: the routed experts split over them (world = dp x ep)

@@ -78,7 +78,7 @@ void read_moe_config(SectionReader& model_section, ModelConfig& m, const std::st
   need(!r.has("bias_update_rate") || c.router == MoeRouter::SigmoidBias,
        "model.moe.bias_update_rate",
        fmt::format("applies to router sigmoid_bias only (router is {})", enum_name(c.router)));
-  // Upper bounds (issue 12's rule: every derived size computed in 64 bits stays sane; the
+  // Upper bounds (as for every key: every derived size computed in 64 bits stays sane; the
   // memory check then refuses what does not fit).
   using L = ConfigLimits;
   require_range(c.n_experts, 1, L::kMaxExperts, origin, "model.moe.n_experts");

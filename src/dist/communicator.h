@@ -1,4 +1,4 @@
-// The processes of a run and the collectives between them (../shared/design/DISTRIBUTED.md):
+// The processes of a run and the collectives between them (docs/parallelism.md):
 // one process (LocalCommunicator) or an MPI job (mpirun / srun; MpiCommunicator). Sums are
 // deterministic: every rank gets ((0 + x_0) + x_1) + ... + x_{w-1}, added in rank order on
 // each element whatever algorithm the engine would pick, so a run's bits do not depend on timing

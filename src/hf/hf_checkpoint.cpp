@@ -2,7 +2,7 @@
 #include "hf/hf_checkpoint.h"
 
 #include <filesystem>
-#include <regex>
+#include <string_view>
 
 #include "base/error.h"
 #include "core/input_file.h"
@@ -10,6 +10,20 @@
 
 namespace eco {
 namespace fs = std::filesystem;
+
+namespace {
+// Whether `name` is a shard file name that write_hf_weights writes:
+// model-NNNNN-of-NNNNN.safetensors, with exactly five decimal digits in each count.
+bool is_shard_file_name(std::string_view name) {
+  constexpr std::string_view kPattern = "model-#####-of-#####.safetensors";  // '#': a digit
+  if (name.size() != kPattern.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const bool digit = name[i] >= '0' && name[i] <= '9';
+    if (kPattern[i] == '#' ? !digit : name[i] != kPattern[i]) return false;
+  }
+  return true;
+}
+}  // namespace
 
 HfCheckpoint::HfCheckpoint(std::string dir) : dir_(std::move(dir)) {
   std::error_code ec;
@@ -94,10 +108,9 @@ std::vector<std::string> write_hf_weights(const std::string& dir,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec)) usage_error("{}: cannot create the output directory", dir);
-  static const std::regex kShard(R"(model-\d{5}-of-\d{5}\.safetensors)");
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name == kHfWeightsFile || name == kHfIndexFile || std::regex_match(name, kShard))
+    if (name == kHfWeightsFile || name == kHfIndexFile || is_shard_file_name(name))
       fs::remove(e.path(), ec);
   }
   // Shards in tensor order, each filled up to the limit.

@@ -1,7 +1,7 @@
 // The name and layout mapping between ecotrain's parameter table and Hugging Face checkpoints.
 #include "hf/hf_layout.h"
 
-#include <regex>
+#include <string_view>
 
 #include "base/error.h"
 
@@ -70,9 +70,27 @@ HfArch hf_arch_of(const ModelConfig& m) {
   return HfArch::DeepseekMoe;
 }
 
+namespace {
+// Drops `prefix` from the front of `s` when `s` starts with it; says whether it did.
+bool drop_prefix(std::string_view& s, std::string_view prefix) {
+  if (!s.starts_with(prefix)) return false;
+  s.remove_prefix(prefix.size());
+  return true;
+}
+}  // namespace
+
+// GPT-2's causal-mask buffers, the whole name [transformer.]h.<layer digits>.attn.[masked_]bias.
 bool hf_ignorable(HfArch a, const std::string& name) {
-  static const std::regex kMaskBuffer(R"((transformer\.)?h\.\d+\.attn\.(masked_)?bias)");
-  return a == HfArch::Gpt2 && std::regex_match(name, kMaskBuffer);
+  if (a != HfArch::Gpt2) return false;
+  std::string_view s = name;
+  drop_prefix(s, "transformer.");
+  if (!drop_prefix(s, "h.")) return false;
+  const size_t digits = s.find_first_not_of("0123456789");
+  if (digits == 0 || digits == std::string_view::npos) return false;
+  s.remove_prefix(digits);
+  if (!drop_prefix(s, ".attn.")) return false;
+  drop_prefix(s, "masked_");
+  return s == "bias";
 }
 
 std::vector<HfTensorMap> hf_tensor_map(const ModelConfig& m, const ParamTable& table) {

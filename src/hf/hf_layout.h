@@ -1,7 +1,7 @@
 // How ecotrain's parameters are named and laid out in a Hugging Face checkpoint of the matching
 // transformers class: one entry per HF tensor, saying which rows of which ecotrain parameter it
 // holds and whether it is stored transposed. Export and import both walk this list, so the two
-// directions cannot disagree. The table is in README.md, "Hugging Face checkpoints in and out".
+// directions cannot disagree. The table is in docs/hf-interop.md, "Names".
 //   gpt2   -> GPT2LMHeadModel    (Conv1D weights stored (in, out): transposed)
 //   llama  -> LlamaForCausalLM   (fused qkv split into q/k/v_proj, fc into gate/up_proj)
 //   gemma3 -> Gemma3ForCausalLM  (text model; norms keep (1 + w), as ecotrain stores them)

@@ -1,6 +1,6 @@
 // Arenas: one allocation holding many tensors of one storage kind (parameter values, quantized
 // codes, scales, optimizer moments), each tensor a view at an offset recorded in a table, so
-// that a collective (issue 8) can move a whole buffer in one call.
+// that a collective can move a whole buffer in one call.
 #pragma once
 #include <cstdint>
 #include <string>

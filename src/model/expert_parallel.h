@@ -1,4 +1,4 @@
-// Expert parallelism (parallel.ep; ../shared/design/DISTRIBUTED.md, "Expert parallelism"): the
+// Expert parallelism (parallel.ep; docs/parallelism.md, "Expert parallelism"): the
 // world is dp x ep ranks, rank r = d * ep + e. Dense parameters are replicated on every rank;
 // the routed experts of every MoE layer are split over the ep ranks of an expert-parallel group
 // (the ranks with the same d): rank e owns experts [e E / ep, (e + 1) E / ep), stores, updates

@@ -1,4 +1,4 @@
-// The sparse Mixture-of-Experts MLP (model/mlp.h; ../shared/design/MOE.md): router logits from
+// The sparse Mixture-of-Experts MLP (model/mlp.h; docs/moe.md): router logits from
 // an fp32 router weight, top-k gates (MoeConfig::router), a counting-sort dispatch of the
 // tokens into one contiguous row segment per expert, each expert's fc -> GELU | SwiGLU -> proj
 // on its segment through the ordinary (plain or quantized) linear path, a gate-weighted combine

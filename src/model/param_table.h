@@ -17,7 +17,7 @@ enum class ParamRole : uint8_t {
   Bias,        // linear bias
   Linear,      // linear weight inside a transformer block (quantizable)
   Head,        // untied output head
-  Expert,      // an MoE expert's linear weight (quantizable; issue 7's MoE MLP)
+  Expert,      // an MoE expert's linear weight (quantizable; model/moe_mlp.h)
   Router,      // an MoE router's weight (never quantized: routing decisions stay exact)
 };
 const char* param_role_name(ParamRole r);

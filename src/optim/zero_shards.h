@@ -1,4 +1,4 @@
-// ZeRO-1's division of the optimizer's work over the ranks (../shared/design/DISTRIBUTED.md),
+// ZeRO-1's division of the optimizer's work over the ranks (docs/parallelism.md),
 // for weights whose only copy may be FP8 codes.
 //
 // The parameters, in table order, are cut into pieces of whole rows: kZeroRowBlock rows (the

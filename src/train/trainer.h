@@ -32,7 +32,7 @@ class SideStreamSums;
 class StepProfile;
 class StopSignals;
 
-// How a run starts (eco-train's flags; README, "Errors and exit codes").
+// How a run starts (eco-train's flags; docs/errors.md).
 struct RunOptions {
   // --resume: from the newest valid checkpoint in train.out_dir (newer corrupt ones are set
   // aside as *.corrupt and named); an error when there is none.

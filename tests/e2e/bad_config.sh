@@ -1,4 +1,4 @@
-# Hostile configs and inputs (issue 12): every config value bounded and checked (ints in 64 bits,
+# Hostile configs and inputs: every config value bounded and checked (ints in 64 bits,
 # floats finite and in range), config files and shards that are not regular files, oversized
 # files and values, multi-document YAML, and models that cannot fit the device's memory, each
 # refused at once with one line and exit 2 (config) or 3 (data); never a hang, a crash or a

@@ -1,4 +1,4 @@
-# Data parallelism over MPI (issue 14): N ranks of one micro-batch each end with the training
+# Data parallelism over MPI: N ranks of one micro-batch each end with the training
 # state (weights, FP8 codes and scales, m and v) byte-identical to one rank accumulating N
 # micro-batches, under fp32, bf16-mw and fp8-eco-sr (2 ranks), a sigmoid_bias sparse MoE (2
 # ranks: its bias balances on the loads summed over ranks) and fp8-eco-sr (4 ranks; 2 ranks of 2

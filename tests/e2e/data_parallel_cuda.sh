@@ -1,8 +1,8 @@
-# Data parallelism on the GPU (issue 14): 2 ranks on device: cuda (sharing one GPU when there is
+# Data parallelism on the GPU: 2 ranks on device: cuda (sharing one GPU when there is
 # one) end byte-identical to one rank accumulating 2 micro-batches, under bf16-mw and fp8-eco-sr
 # (every block linear's forward the FP8 GEMM). The gradients are summed over MPI through host
 # memory in rank order. Skips (77) without mpirun, without MPI or CUDA in the build, or without
-# a GPU: scripts/gpu_check.sh runs it on a GPU machine. ZeRO-1 (zero: 1) on 2 CUDA ranks, its
+# a GPU: scripts/dev/gpu_check.sh runs it on a GPU machine. ZeRO-1 (zero: 1) on 2 CUDA ranks, its
 # codes and scales all-gathered through host memory, ends byte-identical too, and so does
 # expert parallelism (ep 2) against dp 2 on a sparse MoE whose every expert GEMM takes the FP8
 # path (16-row segments). Where each rank has its own GPU the same runs go GPU to GPU over NCCL

@@ -1,4 +1,4 @@
-# A full disk (issue 12): every write is checked, the flush and close too, and a failed write is
+# A full disk: every write is checked, the flush and close too, and a failed write is
 # an error naming the file (exit 1), never a 0-byte summary.json or samples.txt and exit 0. The
 # full disk is /dev/full behind a symlink of the file's name (ENOSPC on write, as a full disk),
 # which needs no mount and no privileges.

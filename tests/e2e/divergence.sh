@@ -1,4 +1,4 @@
-# Divergence (issue 12): a loss spike stops the run (train.spike_factor) before its update and
+# Divergence: a loss spike stops the run (train.spike_factor) before its update and
 # checkpoint, so the last good checkpoint is never pruned; a state holding a non-finite value is
 # never written as a checkpoint, whatever the loss says.
 source "$(dirname "$0")/lib/common.bash"

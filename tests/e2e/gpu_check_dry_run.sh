@@ -1,4 +1,4 @@
-# scripts/gpu_check.sh from start to summary on a machine without a GPU, so that the one script
+# scripts/dev/gpu_check.sh from start to summary on a machine without a GPU, so that the one script
 # that needs a GPU does not first fail on one: a stand-in nvidia-smi reports an H200, the build
 # directory serves as ECO_GPU_PREBUILT (the same layout: tests/eco_gpu_tests, eco-train,
 # eco-*-bench). Every GPU test must report itself skipped, each benchmark and training run must
@@ -11,7 +11,7 @@ if [ ! -x "$BIN/tests/eco_gpu_tests" ]; then
   exit 77
 fi
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
-  echo "SKIPPED: a GPU is present; run scripts/gpu_check.sh itself"
+  echo "SKIPPED: a GPU is present; run scripts/dev/gpu_check.sh itself"
   exit 77
 fi
 mkdir -p "$WORK/bin"
@@ -28,7 +28,7 @@ SMI
 chmod +x "$WORK/bin/nvidia-smi"
 cd "$SRC"
 rc=0
-PATH="$WORK/bin:$PATH" ECO_GPU_PREBUILT="$BIN" scripts/gpu_check.sh "$WORK/log" >"$WORK/out" 2>&1 ||
+PATH="$WORK/bin:$PATH" ECO_GPU_PREBUILT="$BIN" scripts/dev/gpu_check.sh "$WORK/log" >"$WORK/out" 2>&1 ||
   rc=$?
 cat "$WORK/out"
 [ "$rc" != 0 ] || fail "gpu_check exited 0 with no GPU"

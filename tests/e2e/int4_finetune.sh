@@ -1,4 +1,4 @@
-# The INT4 fine-tune's mechanics (scripts/int4_finetune_cpu.sh at toy size): pretrain, export in
+# The INT4 fine-tune's mechanics (results/int4_finetune_cpu.sh at toy size): pretrain, export in
 # f32, import with model.init_from under int4 treatments with the paper's recipe (micro-batch 1 x
 # accumulation, warmup from lr x 1e-5, cosine to 0, no weight decay; the same synthetic corpus:
 # the script's second corpus changes nothing here). A run from model.init_from evaluates the imported weights

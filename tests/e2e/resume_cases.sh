@@ -1,4 +1,4 @@
-# --resume's promises (issue 12): it asks for a checkpoint (--resume-if-present does not), it
+# --resume's promises: it asks for a checkpoint (--resume-if-present does not), it
 # takes the newest valid one (naming and setting aside a damaged newer one), refuses a
 # CRC-valid checkpoint holding an impossible step, refuses a checkpoint of another trajectory
 # (seed, lr, batch, ...), and a finished run resumed keeps (or rebuilds) its summary.json.

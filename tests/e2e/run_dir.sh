@@ -1,4 +1,4 @@
-# The run directory is one run's (issue 12): an exclusive lock (a second run is refused, naming
+# The run directory is one run's: an exclusive lock (a second run is refused, naming
 # the holder's pid), a fresh run is refused where an earlier run's checkpoints are unless
 # --overwrite, temp files of killed writes are removed at start, and no more than
 # train.keep_checkpoints checkpoints are ever kept.

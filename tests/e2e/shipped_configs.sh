@@ -25,7 +25,7 @@ for config in "${configs[@]}"; do
   done
 done
 echo "shipped configs ok: ${#configs[@]} configs x $(wc -w <<<"$treatments") treatments = $plans plans"
-# The paper's sizes (configs/paper/, issue 15): every one plans under a treatment of each kind,
+# The paper's sizes (configs/paper/): every one plans under a treatment of each kind,
 # and says how many tokens per parameter outside the embeddings it trains (100, the paper's).
 paper=(configs/paper/*.yaml)
 [ "${#paper[@]}" -eq 6 ] || fail "expected the paper's 6 dense sizes in configs/paper, found ${#paper[@]}"

@@ -1,4 +1,4 @@
-# Stop signals (issue 12): SIGINT / SIGTERM are honoured within an eval batch, a sampled token or
+# Stop signals: SIGINT / SIGTERM are honoured within an eval batch, a sampled token or
 # a micro-batch, not only between steps: the run saves the checkpoint of its last completed step
 # and exits 130 (SIGINT) or 143 (SIGTERM). (A second signal exits at once: the unit test
 # StopSignals.SecondSignalExitsAtOnce.)

@@ -1,4 +1,4 @@
-# ZeRO-1 over MPI (issue 14; optim/zero_shards.h): each rank keeps the moments of its own rows of
+# ZeRO-1 over MPI (optim/zero_shards.h): each rank keeps the moments of its own rows of
 # every parameter, updates them, and all-gathers the stored weights (FP8 / INT4 codes and scales,
 # plain values). The training state must be byte-identical to zero 0 (every rank updating all of
 # it) and to one rank accumulating the same micro-batches: fp32, bf16-mw, fp8-eco-sr, int4-eco-sr

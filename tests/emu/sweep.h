@@ -1,5 +1,5 @@
 // How much of a sweep the emulator tests run: every case it lists with ECO_EMU_FULL=1 (the ctest
-// label `exhaustive`, which scripts/test.sh leaves out; README.md), else its representative
+// label `exhaustive`, which scripts/test.sh runs too; tests/emu/README.md), else its representative
 // cases, so that CI on two cores stays within its time.
 #pragma once
 #include <cstdlib>

@@ -17,7 +17,7 @@
   __global__ void __launch_bounds__(N[, M]) kernel(params) { body
       ->  the same, with emu_check_launch_bounds(unsigned(N), "kernel"); first in the body (a
           block of more than N threads would not launch on a GPU); a __global__ without
-          __launch_bounds__ stops the build (scripts/kernel_resources.sh's rule)
+          __launch_bounds__ stops the build (scripts/dev/kernel_resources.sh's rule)
 
 The launch parser is bracket-aware (grids like dim3(f(a, b), c) and templated kernel names).
 An asm statement holds one instruction; its operands ({%0, %1} vectors, [%2] addresses, %3

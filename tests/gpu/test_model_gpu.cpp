@@ -198,7 +198,7 @@ TEST(GpuModel, Gemma3TrainingFollowsCpuUnderEachTreatment) {
   for (const char* t : kTreatments) check_training(tiny_gemma3(t), std::string("gemma3 ") + t);
 }
 
-// A sparse MoE (issue 13) on both backends: 2 layers of 8 experts (hidden 128), top-2, only the
+// A sparse MoE on both backends: 2 layers of 8 experts (hidden 128), top-2, only the
 // experts quantized (the paper's SMoE), each router mode once, one with a shared expert and
 // SwiGLU experts, one with a capacity that drops tokens (its dispatch runs on the host). The
 // expert segments are padded to 16 rows on CUDA (whole FP8 tiles), not on the CPU.

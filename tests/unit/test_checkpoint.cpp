@@ -260,7 +260,7 @@ TEST_F(CheckpointFiles, PruneWithFewerThanNKeepsAll) {
   EXPECT_EQ(listing(), std::vector<std::string>{"ckpt_00000001.bin"});
 }
 
-// ---- values no run writes (issue 12) ----------------------------------------------------------
+// ---- values no run writes ---------------------------------------------------------------------
 
 TEST_F(Checkpoint, ACrcValidNegativeStepIsCorrupt) {
   eco::save_checkpoint(path("c.bin"), sample_state(-5));

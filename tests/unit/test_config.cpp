@@ -412,7 +412,7 @@ TEST(Config, WarmupFracIsAFractionOfTotalSteps) {
   EXPECT_EQ(parse(base_yaml("optim: {warmup_steps: 6}\n")).warmup_steps(), 6);
 }
 
-// ---- parallel (issue 14) ----------------------------------------------------------------------
+// ---- parallel ---------------------------------------------------------------------------------
 
 TEST(ConfigParallel, DefaultsToOneProcessAndScalesTheGlobalBatchByDp) {
   const Config one = parse(base_yaml("model: {seq_len: 8}\n"));

@@ -1,4 +1,4 @@
-// What load_config refuses beyond wrong types (issue 12): every integer bounded with the limit
+// What load_config refuses beyond wrong types: every integer bounded with the limit
 // named, every number finite and in range, files that are not one small regular file, several
 // YAML documents, and huge values quoted short; and the trajectory keys a resumed checkpoint
 // must agree on.

@@ -139,6 +139,20 @@ TEST(HfLayout, PicksMixtralOnlyWhereItsRouterAndLayersMatch) {
                      {"first_k_dense_replace", "moe_layer_freq"});
 }
 
+// GPT-2's causal-mask buffers are the whole names [transformer.]h.<digits>.attn.[masked_]bias,
+// and only for GPT-2; anything else in a checkpoint is a tensor to map.
+TEST(HfLayout, OnlyGpt2MaskBuffersAreIgnorable) {
+  for (const char* name : {"h.0.attn.bias", "h.11.attn.masked_bias", "transformer.h.3.attn.bias",
+                           "transformer.h.12.attn.masked_bias"})
+    EXPECT_TRUE(eco::hf_ignorable(eco::HfArch::Gpt2, name)) << name;
+  for (const char* name :
+       {"h.attn.bias", "h.x.attn.bias", "h.0.attn.bias.x", "h.0.attn.c_attn.bias", "h.0.attn.",
+        "transformer.transformer.h.0.attn.bias", "model.h.0.attn.bias", "h.0.attn.masked_",
+        "h.0.attn.masked_masked_bias", "h.0.mlp.bias", "h.0.attnbias", ".h.0.attn.bias", ""})
+    EXPECT_FALSE(eco::hf_ignorable(eco::HfArch::Gpt2, name)) << name;
+  EXPECT_FALSE(eco::hf_ignorable(eco::HfArch::Llama, "h.0.attn.bias"));
+}
+
 TEST(HfRoundTrip, Bf16ExportRoundsEachWeightToNearestBf16) {
   TempDir d;
   Model a(config(kLlama));

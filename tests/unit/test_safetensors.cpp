@@ -247,6 +247,25 @@ TEST(HfCheckpointDir, ATensorLargerThanTheLimitGetsAShardOfItsOwn) {
   EXPECT_EQ(eco::HfCheckpoint(d.path).tensors().size(), 3u);
 }
 
+// An export clears exactly its own files: model.safetensors, the index, and shard names of the
+// form model-NNNNN-of-NNNNN.safetensors (five digits each); every other file stays.
+TEST(HfCheckpointDir, AnExportRemovesOnlyItsOwnFileNames) {
+  TempDir d;
+  const std::vector<std::string> kept = {
+      "model-0001-of-00002.safetensors",   "model-000001-of-00002.safetensors",
+      "model-00001-of-0000x.safetensors",  "model-00001-of-00002.safetensors.bak",
+      "xmodel-00001-of-00002.safetensors", "model-00001_of-00002.safetensors",
+      "model-00001-of-00002.safetensorz",  "config.json"};
+  const std::vector<std::string> removed = {"model-00001-of-00002.safetensors",
+                                            "model-99999-of-12345.safetensors"};
+  for (const auto& names : {kept, removed})
+    for (const std::string& name : names) std::ofstream(d.file(name)) << "x";
+  eco::write_hf_weights(d.path, three_tensors(), 1000, {});
+  for (const std::string& name : kept) EXPECT_TRUE(fs::exists(d.file(name))) << name;
+  for (const std::string& name : removed) EXPECT_FALSE(fs::exists(d.file(name))) << name;
+  EXPECT_TRUE(fs::exists(d.file("model.safetensors")));
+}
+
 void expect_dir_error(const std::string& dir, const std::string& part) {
   try {
     eco::HfCheckpoint ck(dir);

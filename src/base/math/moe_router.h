@@ -1,4 +1,4 @@
-// The MoE router's per-token element math, shared by both backends (../shared/design/MOE.md):
+// The MoE router's per-token element math, shared by both backends (docs/moe.md):
 // top-k with ties to the lower expert id, the three router modes' forward and backward, and the
 // per-token gradient terms of the load-balance (aux) and z losses. One token at a time, no
 // scratch beyond the caller's arrays, so a CUDA thread (or warp) per token can run it as is.

@@ -130,7 +130,7 @@ TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm90) { check_training("fp8
 // passes too, left out of the suite for its time; GpuQuantizedLinear covers that fallback.)
 TEST(EmuCudaBackend, Gpt2Fp8EcoSrTrainingFollowsCpuOnSm89) { check_training("fp8-eco-sr", 89, 1); }
 
-// A sparse MoE on the emulated CUDA backend (issue 13): 1 layer of 4 experts (hidden 32),
+// A sparse MoE on the emulated CUDA backend: 1 layer of 4 experts (hidden 32),
 // top-2, only the experts quantized, fp8-eco-sr, 2 steps against the CPU backend. The router,
 // dispatch, gather, combine and their backwards run the CUDA MoE kernels; the expert segments
 // are padded to 16 rows, so every expert forward (fc and proj of each expert that got tokens)

@@ -1,5 +1,5 @@
-// The trainer itself on 2 ranks of the emulated CUDA backend (issue 14's CUDA paths, which no
-// GPU has run yet): the ranks are the emulated NCCL's rank threads (shim/nccl.h), their host
+// The trainer itself on 2 ranks of the emulated CUDA backend (its multi-rank CUDA paths, checked
+// here without a GPU): the ranks are the emulated NCCL's rank threads (shim/nccl.h), their host
 // communicator a ThreadGroup (thread_group.h), and eco::Trainer picks NCCL as on a machine with
 // a GPU per rank. A tiny Llama under fp8-eco-sr, 4 steps: the final checkpoint of 2 ranks must
 // equal, section by section, one rank's accumulating 2 micro-batches a step, with the gradient

@@ -2,14 +2,14 @@
 # Speed of the sparse MoE against a dense model with the same active parameters, in one run:
 # eco-bench on configs/smoe-lm1b-cpu.yaml and configs/dense-lm1b-cpu.yaml, alternated ROUNDS times
 # so that a change in the machine's load hits both alike; prints each pair's tokens/s and the
-# median ratio SMoE / dense (issue 13 asks for >= 0.7). Both run the same treatment with the same
+# median ratio SMoE / dense (the target is >= 0.7). Both run the same treatment with the same
 # quantization scope (every block linear: the attention on both sides, the experts or the dense
 # MLP), so the ratio measures the MoE layer, not a difference in what is quantized.
-#   scripts/moe_bench.sh [--rounds N] [--threads N] [--treatment T] [--steps N]
+#   scripts/dev/moe_bench.sh [--rounds N] [--threads N] [--treatment T] [--steps N]
 # Defaults: 3 rounds, 1 thread, fp8-eco-sr, 10 steps after 2 warm-up steps. Needs build/eco-bench
 # (scripts/build.sh) and no data: eco-bench trains on random tokens.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rounds=3 threads=1 treatment=fp8-eco-sr steps=10
 while [ $# -gt 0 ]; do
   case $1 in
@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --treatment) treatment=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    *) echo "usage: scripts/moe_bench.sh [--rounds N] [--threads N] [--treatment T] [--steps N]" >&2; exit 2 ;;
+    *) echo "usage: scripts/dev/moe_bench.sh [--rounds N] [--threads N] [--treatment T] [--steps N]" >&2; exit 2 ;;
   esac
 done
 [ -x build/eco-bench ] || { echo "moe_bench.sh: build/eco-bench not found: run scripts/build.sh" >&2; exit 2; }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Measures data/prepare.py's peak memory (max RSS) on a synthetic text corpus of SIZE_MB (default
-# 1024, i.e. 1 GiB) that it writes to /tmp and deletes afterwards: issue 15 asks for under 500 MB.
+# 1024, i.e. 1 GiB) that it writes to /tmp and deletes afterwards (the target: under 500 MB).
 # Not a test (it takes minutes); run from the project root:
-#   scripts/prepare_memory.sh [TOKENIZER (default sentencepiece, the T5 model)] [SIZE_MB]
+#   scripts/dev/prepare_memory.sh [TOKENIZER (default sentencepiece, the T5 model)] [SIZE_MB]
 # The corpus: paragraphs of 1-12 lines of random words (a Zipf-like vocabulary of 50,000), a 16 MiB
 # block repeated; the tokenizers keep no state that grows with the input, so repeats are fair.
 set -euo pipefail
@@ -47,4 +47,4 @@ echo "prepare_memory: $(du -h "$WORK/corpus.txt" | cut -f1) corpus, --tokenizer 
   2>"$WORK/time.log" | tail -3 || { cat "$WORK/time.log"; exit 1; }
 grep -E "Maximum resident|Elapsed" "$WORK/time.log"
 rss_kb=$(awk '/Maximum resident/ {print $NF}' "$WORK/time.log")
-echo "prepare_memory: peak RSS $((rss_kb / 1024)) MiB (issue 15: < 500 MB)"
+echo "prepare_memory: peak RSS $((rss_kb / 1024)) MiB (target < 500 MB)"

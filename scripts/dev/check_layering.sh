@@ -12,9 +12,9 @@
 #   src/cli         the program: may include anything
 # Fails, listing each offending #include. src/ is an include directory, so its headers appear
 # as "base/...", "core/..." etc.
-# Usage: scripts/check_layering.sh [SOURCE_DIR]   (default: the repository this script is in)
+# Usage: scripts/dev/check_layering.sh [SOURCE_DIR]   (default: the repository this script is in)
 set -euo pipefail
-root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$root"
 
 # Exceptions, each "FILE:#include ..." with its reason.

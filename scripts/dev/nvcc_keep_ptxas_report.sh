@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA library's compiler launcher (CMake CUDA_COMPILER_LAUNCHER): runs the nvcc command line
 # it is given (compiled with --resource-usage) and keeps ptxas's per-kernel report of object OBJ
-# in OBJ.ptxas.txt, where scripts/kernel_resources.sh reads it: the check then costs no second
+# in OBJ.ptxas.txt, where scripts/dev/kernel_resources.sh reads it: the check then costs no second
 # compilation. Everything but ptxas's resource lines still reaches the build log (warnings are
 # errors under -Werror, so they must stay visible).
 set -uo pipefail

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds, on a machine without a GPU, what scripts/gpu_check.sh runs on a GPU machine that lacks
-# the build dependencies: the GPU tests, eco-train and the GPU benchmarks for one architecture,
-# plus the shared libraries they need beyond the C/C++ runtime and CUDA (which the GPU machine
-# has), into one folder and OUT_DIR.tar.xz (both gitignored; the archive is what fits the device
-# tool's 64 MiB carry).
-#   scripts/gpu_bundle.sh [OUT_DIR [ARCH]]        defaults: gpu-prebuilt 90a
-# Then, on the GPU machine: tar -xJf OUT_DIR.tar.xz && ECO_GPU_PREBUILT=OUT_DIR scripts/gpu_check.sh
-# LOG_DIR
+# Builds, on a machine without a GPU, what scripts/dev/gpu_check.sh runs on a GPU machine that
+# lacks the build dependencies: the GPU tests, eco-train and the GPU benchmarks for one
+# architecture, plus the shared libraries they need beyond the C/C++ runtime and CUDA (which the
+# GPU machine has), into one folder and OUT_DIR.tar.xz (both gitignored; the archive is what fits
+# the device tool's 64 MiB carry).
+#   scripts/dev/gpu_bundle.sh [OUT_DIR [ARCH]]        defaults: gpu-prebuilt 90a
+# Then, on the GPU machine:
+#   tar -xJf OUT_DIR.tar.xz && ECO_GPU_PREBUILT=OUT_DIR scripts/dev/gpu_check.sh LOG_DIR
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:-gpu-prebuilt}
 arch=${2:-90a}
 build=build-bundle-$arch
@@ -36,5 +36,5 @@ done
 strip --strip-unneeded "$out"/tests/eco_gpu_tests "$out"/eco-* "$out"/libs/* 2>/dev/null || true
 tar -C "$(dirname "$out")" -cJf "$out.tar.xz" "$(basename "$out")"
 echo "gpu_bundle: $out for sm_$arch ($(du -sh "$out" | cut -f1); $out.tar.xz $(du -sh "$out.tar.xz" | cut -f1)): $(ls "$out/libs" | tr '\n' ' ')"
-echo "run on the GPU machine: ECO_GPU_PREBUILT=$out scripts/gpu_check.sh LOG_DIR"
-echo "  (from the archive: tar -xJf $out.tar.xz && ECO_GPU_PREBUILT=$out scripts/gpu_check.sh LOG_DIR)"
+echo "run on the GPU machine: ECO_GPU_PREBUILT=$out scripts/dev/gpu_check.sh LOG_DIR"
+echo "  (from the archive: tar -xJf $out.tar.xz && ECO_GPU_PREBUILT=$out scripts/dev/gpu_check.sh LOG_DIR)"

@@ -2,12 +2,12 @@
 # What every CUDA kernel asks of the GPU, checked without one: registers, spills, stack and
 # static shared memory per architecture, from ptxas (`nvcc --resource-usage`).
 #
-#   scripts/kernel_resources.sh [ARCHS]           compiles kernels/cuda/*.cu for ARCHS (e.g.
-#                                                 "90a;89;80" or 90a,89,80, the default)
-#   scripts/kernel_resources.sh --reports DIR     reads the reports the build kept (the CUDA
-#                                                 library compiles through
-#                                                 scripts/nvcc_keep_ptxas_report.sh: DIR holds
-#                                                 NAME.cu.o.ptxas.txt), compiling nothing
+#   scripts/dev/kernel_resources.sh [ARCHS]        compiles kernels/cuda/*.cu for ARCHS (e.g.
+#                                                  "90a;89;80" or 90a,89,80, the default)
+#   scripts/dev/kernel_resources.sh --reports DIR  reads the reports the build kept (the CUDA
+#                                                  library compiles through
+#                                                  scripts/dev/nvcc_keep_ptxas_report.sh: DIR
+#                                                  holds NAME.cu.o.ptxas.txt), compiling nothing
 #
 # Fails (exit 1) when
 #   - a __global__ function in kernels/cuda has no __launch_bounds__: with the bound, ptxas keeps
@@ -21,7 +21,7 @@
 # shared memory, the kernels with local memory. A ctest (cuda.kernel_resources) in CUDA builds,
 # on the build's own reports.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
@@ -32,7 +32,7 @@ if [[ "${1:-}" == "--reports" ]]; then
     report="$DIR/$name.cu.o.ptxas.txt"
     if [[ ! -f "$report" ]]; then
       echo "kernel_resources: no ptxas report $report for kernels/cuda/$name.cu (rebuild the" \
-           "CUDA library: it compiles through scripts/nvcc_keep_ptxas_report.sh)" >&2
+           "CUDA library: it compiles through scripts/dev/nvcc_keep_ptxas_report.sh)" >&2
       exit 2
     fi
     if [[ "$report" -ot "$src" ]]; then

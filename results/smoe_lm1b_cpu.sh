@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The SMoE treatments on LM1B (configs/smoe-lm1b-cpu.yaml): prepares the 4096-token BPE shards
 # from ../shared/data/lm1b/ into data/lm1b-bpe4k/ (git-ignored; a no-op when up to date), trains
-# the six FP8 treatments of issue 13 with scripts/treatments.sh (resumable; extra arguments go to
-# eco-train, e.g. --set train.threads=1) and writes results/smoe-lm1b-cpu/: the summary table and
-# plots, plus moe_load_<treatment>.png (expert load, router entropy, aux and z loss over training)
-# for bf16-mw and fp8-eco-sr.
+# six treatments (bf16-mw and five FP8 ones) with scripts/treatments.sh (resumable; extra
+# arguments go to eco-train, e.g. --set train.threads=1) and writes results/smoe-lm1b-cpu/: the
+# summary table and plots, plus moe_load_<treatment>.png (expert load, router entropy, aux and
+# z loss over training) for bf16-mw and fp8-eco-sr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lm1b=../shared/data/lm1b

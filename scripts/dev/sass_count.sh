@@ -2,7 +2,7 @@
 # Static SASS instruction counts of the fused quantized update (kernels/cuda/optimizer_update.cu)
 # and of its per-element components (Philox, the E4M3 codec, the scale division), without a GPU.
 #
-#   scripts/sass_count.sh [SOURCE_ROOT]      (default: this checkout; ARCH=sm_90a by default)
+#   scripts/dev/sass_count.sh [SOURCE_ROOT]      (default: this checkout; ARCH=sm_90a by default)
 #
 # Compiles SOURCE_ROOT's optimizer_update.cu (the project's nvcc flags) and a probe file of
 # one-element kernels to cubins, disassembles them with cuobjdump and prints:
@@ -22,7 +22,7 @@
 # compare before and after. cuobjdump and nvdisasm come from the CUDA toolkit or from PyPI
 # (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm), installed here when missing.
 set -euo pipefail
-HERE="$(cd "$(dirname "$0")/.." && pwd)"
+HERE="$(cd "$(dirname "$0")/../.." && pwd)"
 SRC="$(cd "${1:-$HERE}" && pwd)"
 ARCH="${ARCH:-sm_90a}"
 WORK="$(mktemp -d)"

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# Data-parallel scaling on the CPU (issue 14): 2 ranks x 1 thread (mpirun, parallel.dp 2)
+# Data-parallel scaling on the CPU: 2 ranks x 1 thread (mpirun, parallel.dp 2)
 # against 1 rank x 2 threads accumulating the same 2 micro-batches a step, in one sitting,
 # alternated ROUNDS times so that a change in the machine's load hits both alike. Tokens/s is
 # the median of the steps after the first few (metrics.jsonl, one line a step). Prints each
-# round's tokens/s and the median ratio (2 ranks / 1 rank; the issue asks for >= 0.9).
-#   scripts/dp_bench.sh [CONFIG] [--rounds N] [--steps N] [-- --set k=v ...]
+# round's tokens/s and the median ratio (2 ranks / 1 rank; the target is >= 0.9).
+#   scripts/dev/dp_bench.sh [CONFIG] [--rounds N] [--steps N] [-- --set k=v ...]
 # Default CONFIG: configs/quickstart.yaml; 3 rounds of 30 steps. Needs build/eco-train with MPI.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 config=configs/quickstart.yaml rounds=3 steps=30 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -*) echo "usage: scripts/dp_bench.sh [CONFIG] [--rounds N] [--steps N] [-- --set k=v ...]" >&2; exit 2 ;;
+    -*) echo "usage: scripts/dev/dp_bench.sh [CONFIG] [--rounds N] [--steps N] [-- --set k=v ...]" >&2; exit 2 ;;
     *) config=$1; shift ;;
   esac
 done

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The ECO paper's INT4 fine-tune at CPU scale (issue 16; configs/int4-finetune-cpu.yaml), on one
+# The ECO paper's INT4 fine-tune at CPU scale (configs/int4-finetune-cpu.yaml), on one
 # core, resumable at every stage:
 #   1. LM1B's two heldout sections as 1024-token BPE shards (data/lm1b-all-bpe1024, the line of
-#      scripts/table1_cpu.sh) and a bf16-mw pretraining of configs/table1/lm1b-s.yaml on them
+#      results/table1_cpu.sh) and a bf16-mw pretraining of configs/table1/lm1b-s.yaml on them
 #      (runs/int4-finetune-cpu/pretrain; 2100 steps, ~5 min on one thread);
 #   2. its final checkpoint exported as a Hugging Face checkpoint in f32 (runs/int4-finetune-cpu/hf:
 #      the bf16-mw master is fp32, so the import starts from the pretrained weights bit for bit;
@@ -13,16 +13,16 @@
 #      treatments with scripts/treatments.sh: 3 epochs of the C4 train split, then
 #      results/<name>/summary.md (val loss at step 0 = the imported model on C4 val, final val
 #      loss, gaps to bf16-mw and int4-mw-rtn), loss_curves.png, gap_to_bf16.png, memory_vs_loss.png.
-#   scripts/int4_finetune_cpu.sh [--lr LR] [TREATMENT...] [-- --set k=v ...]
+#   results/int4_finetune_cpu.sh [--lr LR] [TREATMENT...] [-- --set k=v ...]
 # --lr: the peak lr (default the config's 3e-4; warmup from lr x 1e-5). Another lr than the
 # config's writes runs/ and results/int4-finetune-cpu/lr-LR/ (the lr trials: 1e-4 and 1e-3 on
 # int4-mw-rtn and int4-eco-sr, then the other treatments at 1e-3). 3e-4 is a tenth of the
 # pretraining's peak (3e-3), the usual fine-tuning ratio; at 1e-4 the master-weight run is still
 # far from converged after 3 epochs (0.15 above 3e-4), and 1e-3 is better still for the
-# master-weight runs: README "The INT4 fine-tune" gives both tables.
+# master-weight runs: docs/results.md, "The INT4 fine-tune", gives both tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { echo "usage: scripts/int4_finetune_cpu.sh [--lr LR] [TREATMENT...] [-- --set k=v ...]" >&2; exit 2; }
+usage() { echo "usage: results/int4_finetune_cpu.sh [--lr LR] [TREATMENT...] [-- --set k=v ...]" >&2; exit 2; }
 config=configs/int4-finetune-cpu.yaml
 name=int4-finetune-cpu
 lr="" treatments=() extra=()

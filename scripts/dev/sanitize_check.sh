@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # eco-train under AddressSanitizer + UndefinedBehaviorSanitizer against the end-to-end bad-input
-# tests (issue 12): builds eco-train alone (CPU only, -O1 -g -fsanitize=address,undefined) into
+# tests: builds eco-train alone (CPU only, -O1 -g -fsanitize=address,undefined) into
 # build-asan/, then runs tests/e2e/{bad_input,bad_config,run_dir,resume_cases,divergence,
 # disk_full}.sh against it, stopping at the first sanitizer report. Not part of scripts/test.sh
 # (it takes a build of its own); run it after changes to config, data or checkpoint handling.
-# Usage: scripts/sanitize_check.sh [TEST...]   (test names without .sh; default: those above)
+# Usage: scripts/dev/sanitize_check.sh [TEST...]   (test names without .sh; default: those above)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 build=build-asan
 flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 mkdir -p "$build"

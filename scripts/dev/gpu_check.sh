@@ -9,13 +9,13 @@
 # 240 + 90 s, the data-parallel check 150 s, 2 benchmarks of 50 s, 6 training runs of 40 s:
 # 860 s at worst, the build apart); on an H200 the tests and runs take a few minutes when they
 # pass, so give the device call 600 s and rerun what a timeout cut off.
-#   scripts/gpu_check.sh LOG_DIR
+#   scripts/dev/gpu_check.sh LOG_DIR
 # ECO_GPU_PREBUILT=DIR uses binaries built elsewhere (DIR/tests/eco_gpu_tests, DIR/eco-*-bench,
 # shared libraries the GPU machine lacks in DIR/libs) instead of building here, for GPU machines
 # without the build dependencies.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-log_dir=${1:?usage: scripts/gpu_check.sh LOG_DIR}
+cd "$(dirname "$0")/../.."
+log_dir=${1:?usage: scripts/dev/gpu_check.sh LOG_DIR}
 mkdir -p "$log_dir"
 log=$log_dir/gpu_check.log
 : >"$log"
