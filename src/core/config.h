@@ -1,7 +1,8 @@
 // The run configuration: YAML file + `--set key=value` overrides, loaded into validated structs.
 // Every key is checked: unknown keys, wrong types and impossible values raise one usage error
 // naming the file and the key (exit code 2). Every choice is parsed once, here, into an enum (or
-// the Treatment); it is written back (to_yaml, model_fingerprint, fmt) by its config name.
+// the Treatment); it is written back (to_yaml, model_fingerprint, fmt) by its config name. Each
+// key is one row of the key table (core/config_table.h).
 #pragma once
 #include <fmt/format.h>
 
@@ -187,11 +188,12 @@ struct PrecisionConfig {
   QuantizeScope quantize = QuantizeScope::Blocks;  // which parameters the treatment applies to
 };
 
-// How the processes of a run share the work (docs/parallelism.md). The launcher (mpirun, srun)
-// must start dp x ep processes: data parallelism (dp ranks, each a micro-batch of
-// train.batch_size, gradients summed in rank order), expert parallelism (the routed experts split
-// over ep ranks, model/expert_parallel.h) and ZeRO-1 (zero: 1: each rank keeps the optimizer
-// state of its own rows of every parameter, optim/zero_shards.h).
+// How the processes of a run share the work; the launcher (mpirun, srun) must start dp x ep
+// processes. Data parallelism: every rank reads its own micro-batch of train.batch_size, and the
+// gradients are summed in rank order. Expert parallelism (model/expert_parallel.h): the routed
+// experts of every MoE layer are split over ep ranks, each owning n_experts / ep of them (ep > 1
+// needs a MoE model whose n_experts it divides). ZeRO-1 (zero: 1): each rank keeps the optimizer
+// state of its own rows of every parameter (optim/zero_shards.h).
 struct ParallelConfig {
   int dp = 1;    // data-parallel ranks
   int ep = 1;    // expert-parallel ranks: the routed experts split over them (world = dp x ep)
@@ -205,10 +207,13 @@ struct ParallelConfig {
   // rank's experts), which always fits. Less saves activation memory; a step that routes more
   // rows to a rank grows that layer's buffers there and warns (it does not change the bits).
   double ep_row_factor = 0;
-  // Sum each block's gradients while the backward computes the blocks below it (a worker thread
-  // runs the collectives; the bits do not depend on it). CPU (host-memory) backends, ep 1. Off by
-  // default: on one node, where the ranks' threads fill the cores, the worker competes with the
-  // backward for them (README: no gain measured on this 2-core machine).
+  // Sum each block's gradients while the backward computes the blocks below it; the bits do not
+  // depend on it. Host-memory backends: a worker thread runs the MPI sums (under expert
+  // parallelism MPI must allow calls from several threads at once). CUDA: NCCL on a second
+  // stream, not under expert parallelism (its NCCL token exchanges beside the sums could
+  // deadlock). Where some rank cannot, the sums run after the backward and the log says why.
+  // Off by default: on one node, where the ranks' threads fill the cores, the worker competes
+  // with the backward for them.
   bool overlap = false;
   int world() const { return dp * ep; }
 };

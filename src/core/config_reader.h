@@ -183,8 +183,5 @@ namespace eco {
 // combination one usage error naming the key.
 void read_moe_config(config_reader::SectionReader& model_section, ModelConfig& m,
                      const std::string& origin);
-// The resolved model.moe keys (to_yaml), and the part of them a checkpoint must agree with.
-void write_moe_yaml(YAML::Emitter& e, const MoeConfig& moe);
-std::string moe_fingerprint(const MoeConfig& moe);
 
 }  // namespace eco

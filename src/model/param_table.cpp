@@ -144,6 +144,7 @@ ParamTable build_param_table(const ModelConfig& m) {
   const int64_t QKV = m.qkv_rows(), A = m.attn_width(), hd = m.head_dim();
   for (int l = 0; l < m.n_layer; ++l) {
     const std::string p = fmt::format("h.{}.", l);
+    t.blocks.push_back({t.specs.size(), 0});
     add(p + "norm1.weight", {C}, ParamRole::Norm, 0.0f, gain);
     if (norm_bias) add(p + "norm1.bias", {C}, ParamRole::Norm, 0.0f);
     add(p + "attn.qkv.weight", {QKV, C}, ParamRole::Linear, std_base);
@@ -167,6 +168,7 @@ ParamTable build_param_table(const ModelConfig& m) {
       if (bias) add(p + "mlp.proj.bias", {C}, ParamRole::Bias, 0.0f);
     }
     if (m.post_norms) add(p + "mlp.post_norm.weight", {C}, ParamRole::Norm, 0.0f, gain);
+    t.blocks.back().end = t.specs.size();
   }
   add("norm_f.weight", {C}, ParamRole::Norm, 0.0f, gain);
   if (norm_bias) add("norm_f.bias", {C}, ParamRole::Norm, 0.0f);

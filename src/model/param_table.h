@@ -40,8 +40,17 @@ struct ParamSpec {
   }
 };
 
+// The parameters of one transformer block: specs[first, end), a contiguous run of the table.
+struct BlockParams {
+  size_t first = 0;
+  size_t end = 0;
+};
+
 struct ParamTable {
   std::vector<ParamSpec> specs;
+  // Block l's parameters, l in [0, n_layer), recorded by build_param_table; blocks follow the
+  // embeddings in order, and the final norm and head follow the last block.
+  std::vector<BlockParams> blocks;
   int64_t total = 0;   // elements
   int64_t active = 0;  // elements a token passes through (total, less the unrouted experts)
   // name -> index into specs, filled by build_param_table (a model of thousands of layers looks

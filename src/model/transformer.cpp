@@ -42,23 +42,21 @@ Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
   wpe_ = ctx_.index("wpe");
   norm_f_ = {ctx_.index("norm_f.weight"), ctx_.index("norm_f.bias")};
   head_ = cfg.tie_embeddings ? wte_ : ctx_.index("lm_head.weight");
-  // Each block's parameters are one run of the table (h.l.*, blocks in order), between the
-  // embeddings and the final norm (model/param_table.cpp).
-  // One pass over the table (thousands of layers stay linear): block l's first offset in the
-  // flat gradient (an absent expert has none: expert parallelism).
-  std::vector<int64_t> block_begin(size_t(cfg.n_layer), -1);
-  for (size_t i = 0; i < table_.specs.size(); ++i) {
-    const ParamSpec& sp = table_.specs[i];
-    if (sp.name.rfind("h.", 0) != 0 || !store_.present(i)) continue;
-    const size_t l = size_t(std::stoul(sp.name.substr(2)));
-    ECO_ASSERT(l < block_begin.size(), "parameter {} of no block", sp.name);
-    const int64_t at = store_.grad_offset(i);
-    if (block_begin[l] < 0 || at < block_begin[l]) block_begin[l] = at;
-  }
+  // The gradient bounds a block's backward completes: 0, then block l's first offset in the
+  // flat gradient (the least over its parameters present on this rank; an absent expert has
+  // none: expert parallelism), then the final norm's, then the end.
+  ECO_ASSERT(table_.blocks.size() == size_t(cfg.n_layer),
+             "the parameter table has {} blocks, the model {}", table_.blocks.size(),
+             cfg.n_layer);
   grad_ready_bounds_.push_back(0);
   for (int l = 0; l < cfg.n_layer; ++l) {
-    ECO_ASSERT(block_begin[size_t(l)] >= 0, "block {} has no parameters", l);
-    grad_ready_bounds_.push_back(block_begin[size_t(l)]);
+    const BlockParams& block = table_.blocks[size_t(l)];
+    int64_t begin = -1;
+    for (size_t i = block.first; i < block.end; ++i)
+      if (store_.present(i) && (begin < 0 || store_.grad_offset(i) < begin))
+        begin = store_.grad_offset(i);
+    ECO_ASSERT(begin >= 0, "block {} has no parameters", l);
+    grad_ready_bounds_.push_back(begin);
   }
   grad_ready_bounds_.push_back(store_.grad_offset(size_t(ctx_.index("norm_f.weight"))));
   grad_ready_bounds_.push_back(store_.grad_total());
