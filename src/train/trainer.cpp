@@ -16,6 +16,7 @@
 #include "hf/hf_import.h"
 #include "train/evaluator.h"
 #include "train/memory_check.h"
+#include "train/run_factory.h"
 #include "train/run_summary.h"
 #include "train/side_stream_sums.h"
 #include "train/signals.h"
@@ -52,20 +53,18 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
     const int r = comm_->rank();
     ep_comm_ = comm_->split(r / par.ep, r % par.ep);
     edp_comm_ = comm_->split(r % par.ep, r / par.ep);
-    ep_ = expert_placement(par.dp, par.ep, r, par.ep_row_factor, cfg_.train.grad_accum);
-    ep_.ep_comm = ep_comm_.get();
-    ep_.edp_comm = edp_comm_.get();
   }
-  model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
-                                         cfg_.precision.treatment, cfg_.precision.quantize, ep_);
+  RunParts run = build_run(cfg_, *backend_, RunShare{comm_->rank()},
+                           {comm_, ep_comm_.get(), edp_comm_.get()});
+  model_ = std::move(run.model);
+  opt_ = std::move(run.opt);
+  grad_acc_ = run.grad_acc;
+  ep_ = model_->expert_parallel();
   if (ep_.enabled()) {
     // The dense parameters' ranges of the flat gradient (ZeRO-1's dense group's segments).
     const ZeroShards dense(model_->store(), 1, zero_members(model_->store(), true).dense);
     dense_ranges_ = dense.grad_segments();
   }
-  opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed,
-                                     par.zero == 1 ? par.world() : 1,
-                                     par.zero == 1 ? comm_->rank() : 0, comm_);
   if (opt_->sharded()) {
     grad_bounds_ = opt_->shards().grad_bounds();
     for (const auto& [begin, end] : dense_ranges_)
@@ -90,7 +89,6 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   const size_t batch_tokens = size_t(cfg_.train.batch_size) * cfg_.model.seq_len;
   inputs_.resize(batch_tokens);
   targets_.resize(batch_tokens);
-  grad_acc_ = alloc_trainer_buffers(*backend_, cfg_, *model_);
   if (par.overlap && comm_->world() > 1) {
     // Every rank must sum the same ranges in the same order: overlap only if all can. Host
     // memory: a worker thread calls the (MPI) communicator, and under expert parallelism the
