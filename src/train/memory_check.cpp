@@ -3,11 +3,11 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "model/backend.h"
 #include "train/run_factory.h"
 
@@ -34,16 +34,6 @@ std::string gib(uint64_t bytes) { return fmt::format("{:.2f} GiB", double(bytes)
 std::string MemoryFit::describe() const {
   if (available == 0) return fmt::format("the plan needs {}; {}", gib(needed), source);
   return fmt::format("the plan needs {}; {} available ({})", gib(needed), gib(available), source);
-}
-
-int local_ranks() {
-  // OpenMPI's mpirun, MPICH / Intel MPI, Slurm's srun.
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
-    if (const char* s = std::getenv(v)) {
-      const int n = std::atoi(s);
-      if (n > 0) return n;
-    }
-  return 1;
 }
 
 MemoryFit memory_fit(const Config& cfg) {

@@ -20,8 +20,6 @@ struct MemoryFit {
 
 // For device cpu the plan is counted once per rank that an MPI launcher put on this host.
 MemoryFit memory_fit(const Config& cfg);
-// The ranks an MPI launcher started on this host (its environment), 1 without one.
-int local_ranks();
 // A usage error naming the total and the limit when the run does not fit.
 void require_memory_fits(const Config& cfg);
 

@@ -1,6 +1,6 @@
-// Which process of a run this is: rank `rank` of `world`. One process today (rank 0 of 1); the
-// distributed runtime (issue 8) fills it from its communicator. Rank 0 owns the run directory
-// and the console's progress lines; the others write nothing and print only warnings and errors.
+// Which process of a run this is: rank `rank` of `world` (rank 0 of 1 for one process; eco-train
+// fills it from the run's communicator). Rank 0 owns the run directory and the console's
+// progress lines; the others write nothing and print only warnings and errors.
 #pragma once
 #include <fmt/format.h>
 

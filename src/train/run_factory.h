@@ -6,7 +6,8 @@
 #include <memory>
 
 #include "core/config.h"
-#include "dist/communicator.h"
+#include "dist/expert_collectives.h"
+#include "dist/parallel_plan.h"
 #include "model/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -22,16 +23,10 @@ struct RunShare {
   static RunShare plan() { return {0, true}; }
 };
 
-// The collectives the run's parts take: the world's, and under expert parallelism its
-// expert-parallel and expert-data-parallel groups (dist/communicator.h, split). All null for a
-// plan, which takes no step.
-struct RunComms {
-  Communicator* world = nullptr;
-  Communicator* ep = nullptr;
-  Communicator* edp = nullptr;
-};
-
 struct RunParts {
+  // A plan's model under expert parallelism: what its MoE layers register for the fold (and the
+  // receive buffer NCCL's fold would allocate); it runs nothing. Null for a run with a plan.
+  std::unique_ptr<ExpertCollectives> planned_exchange;
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Optimizer> opt;
   // The micro-batches' gradient sum (grad_accum > 1: grads()' shape and dtype), else empty.
@@ -41,7 +36,10 @@ struct RunParts {
 
 // The parts of `share` on `be`, allocated in the run's order: the model, the optimizer, then (a
 // plan of device cuda) the expert-gradient receive buffer NCCL would need, the accumulator.
-RunParts build_run(const Config& cfg, Backend& be, RunShare share, const RunComms& comms = {});
+// `plan`: the run's parallelism (dist/parallel_plan.h), whose collectives the parts take and
+// which learns the gradient's layout here (ParallelPlan::set_gradients); null for a plan or a
+// part that takes no step.
+RunParts build_run(const Config& cfg, Backend& be, RunShare share, ParallelPlan* plan = nullptr);
 
 // A plan (eco-train --plan, the memory check): the plan's parts on a planning backend of
 // cfg.device, whose ledger holds every allocation the run would make, by name and category.
