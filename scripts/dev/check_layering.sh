@@ -10,6 +10,12 @@
 #   src/quant, src/model, src/optim, src/data, src/dist, src/hf, src/train: the library; it
 #                   reaches the backends only through src/base/backend.h (never kernels/)
 #   src/cli         the program: may include anything
+# Within the library: src/model, src/quant, src/data and src/hf include nothing of src/dist (the
+# model asks for its token exchange through model/expert_exchange.h, which src/dist implements);
+# src/dist builds on src/base, src/core and the model interfaces model/expert_exchange.h and
+# model/expert_parallel.h. And no file under src/ outside src/dist calls a collective
+# (all_reduce_*, reduce_scatter_sum, all_gather, gather, broadcast, all_to_all_v, barrier): the
+# run's parallel plan (dist/parallel_plan.h) issues every collective.
 # Fails, listing each offending #include. src/ is an include directory, so its headers appear
 # as "base/...", "core/..." etc.
 # Usage: scripts/dev/check_layering.sh [SOURCE_DIR]   (default: the repository this script is in)
@@ -54,6 +60,18 @@ check src/core '(src/|model/|optim/|train/|data/|cli/|quant/|dist/|hf/|kernels/)
 for d in src/quant src/model src/optim src/data src/dist src/hf src/train; do
   check "$d" 'kernels/' 'the library reaches the backends only through base/backend.h'
 done
+for d in src/model src/quant src/data src/hf; do
+  check "$d" 'dist/' 'the model reaches the other ranks only through model/expert_exchange.h'
+done
+check src/dist '(src/|model/|optim/|train/|data/|cli/|quant/|hf/|kernels/)' \
+  'src/dist builds on src/base, src/core and the model interfaces (expert_exchange, expert_parallel)' \
+  '"model/(expert_exchange|expert_parallel)\.h"'
+
+while IFS= read -r hit; do
+  violations+=("$hit  (collectives are issued from src/dist only: dist/parallel_plan.h)")
+done < <(grep -rnE --include='*.h' --include='*.cpp' --include='*.cu' \
+           '(\.|->)(all_reduce_sum|all_reduce_max|reduce_scatter_sum|all_gather|gather|broadcast|all_to_all_v|barrier)\(' \
+           src --exclude-dir=dist | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' || true)
 
 if ((${#violations[@]})); then
   printf 'layering violation: %s\n' "${violations[@]}" >&2

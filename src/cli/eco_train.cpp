@@ -15,6 +15,7 @@
 #include "core/config.h"
 #include "base/error.h"
 #include "dist/communicator.h"
+#include "dist/rank_agreement.h"
 #include "hf/hf_export.h"
 #include "kernels/cpu/blas_runtime.h"
 #include "train/memory_check.h"
@@ -112,15 +113,11 @@ uint64_t fnv1a(const std::string& text) {
 // was configured from (ECO_BUILD_ID: git describe at cmake time) are compared across ranks, and
 // a difference is an error on all of them, naming the ranks.
 void check_ranks_agree(const eco::Config& cfg, eco::Communicator& comm) {
-  if (comm.world() == 1) return;
-  const uint64_t mine[2] = {fnv1a(eco::to_yaml(cfg)), fnv1a(ECO_BUILD_ID)};
-  std::vector<uint64_t> all(2 * size_t(comm.world()));
-  comm.all_gather(all.data(), mine, sizeof mine);
+  const std::vector<std::vector<int>> differ =
+      eco::ranks_differing_from_lead(comm, {fnv1a(eco::to_yaml(cfg)), fnv1a(ECO_BUILD_ID)});
   std::string config_differs, binary_differs;
-  for (int r = 1; r < comm.world(); ++r) {
-    if (all[2 * size_t(r)] != all[0]) config_differs += fmt::format(" {}", r);
-    if (all[2 * size_t(r) + 1] != all[1]) binary_differs += fmt::format(" {}", r);
-  }
+  for (int r : differ[0]) config_differs += fmt::format(" {}", r);
+  for (int r : differ[1]) binary_differs += fmt::format(" {}", r);
   if (!config_differs.empty())
     eco::usage_error("{}: the resolved config of rank(s){} differs from rank 0's (every rank must "
                      "read the same file with the same --set overrides)",
@@ -179,9 +176,7 @@ int run(int argc, char** argv, eco::Communicator& comm) {
   const eco::Config cfg = eco::load_config(config_path, overrides);
   check_ranks_agree(cfg, comm);
   if (plan) {
-    // One plan, printed by rank 0: it sizes the rank with the largest share (the most ZeRO-1
-    // rows; under ep every rank holds as many experts), so it holds for every rank.
-    if (comm.rank() != 0) return 0;
+    if (comm.rank() != 0) return 0;  // one plan: the largest rank's share (the plan names it)
     const eco::MemoryFit fit = eco::memory_fit(cfg);
     std::fputs(eco::plan_report(cfg).c_str(), stdout);
     std::printf("memory: %s: %s\n", fit.describe().c_str(),

@@ -1,6 +1,6 @@
 // One thread that runs collectives in the order they are posted, while the thread that posts
 // them goes on computing: the data-parallel gradient sum of a layer overlaps the backward of the
-// layers below it (train/trainer.cpp). Only one thread calls the communicator at a time: the
+// layers below it (dist/parallel_plan.h). Only one thread calls the communicator at a time: the
 // poster calls none between its first post() and wait(). A job that throws stops the worker's
 // queue; wait() rethrows its exception on the posting thread.
 #pragma once

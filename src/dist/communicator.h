@@ -108,6 +108,9 @@ std::unique_ptr<Communicator> make_local_communicator();
 // Refuses (runtime error naming `what`) bounds that are not world + 1 non-decreasing offsets
 // from 0 to n.
 void check_bounds(const std::vector<int64_t>& bounds, int world, int64_t n, const char* what);
+// bounds (world + 1 non-decreasing offsets) cut to the segment [begin, end), relative to begin:
+// each rank's part of the segment (ZeRO-1's bounds over one of several segments of a buffer).
+std::vector<int64_t> clamp_bounds(const std::vector<int64_t>& bounds, int64_t begin, int64_t end);
 // Refuses (runtime error naming the problem) all_to_all_v's counts that are not world
 // non-negative entries in each vector with the same count for the block to self (`rank`).
 void check_block_bytes(const std::vector<int64_t>& send_bytes,
@@ -120,5 +123,7 @@ void check_split_color(int color);
 std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv);
 // True when the environment says an MPI launcher started this process.
 bool launched_by_mpi();
+// The ranks an MPI launcher started on this host (its environment), 1 without one.
+int local_ranks();
 
 }  // namespace eco

@@ -1,4 +1,5 @@
 // One process: the collectives of a world of 1, and the choice between it and MPI.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -66,6 +67,12 @@ void check_bounds(const std::vector<int64_t>& bounds, int world, int64_t n, cons
                   what, bounds.size(), world, n, world + 1, n);
 }
 
+std::vector<int64_t> clamp_bounds(const std::vector<int64_t>& bounds, int64_t begin, int64_t end) {
+  std::vector<int64_t> b(bounds.size());
+  for (size_t r = 0; r < b.size(); ++r) b[r] = std::clamp(bounds[r], begin, end) - begin;
+  return b;
+}
+
 void check_block_bytes(const std::vector<int64_t>& send_bytes,
                        const std::vector<int64_t>& recv_bytes, int world, int rank) {
   const auto check = [&](const std::vector<int64_t>& counts, const char* name) {
@@ -90,6 +97,16 @@ void check_split_color(int color) {
   if (color < 0)
     runtime_error("split: color {} is negative (every rank joins a group: colors are >= 0)",
                   color);
+}
+
+int local_ranks() {
+  // OpenMPI's mpirun, MPICH / Intel MPI, Slurm's srun.
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* s = std::getenv(v)) {
+      const int n = std::atoi(s);
+      if (n > 0) return n;
+    }
+  return 1;
 }
 
 bool launched_by_mpi() {

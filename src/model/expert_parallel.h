@@ -1,15 +1,13 @@
-// Expert parallelism (parallel.ep; docs/parallelism.md, "Expert parallelism"): the
-// world is dp x ep ranks, rank r = d * ep + e. Dense parameters are replicated on every rank;
-// the routed experts of every MoE layer are split over the ep ranks of an expert-parallel group
-// (the ranks with the same d): rank e owns experts [e E / ep, (e + 1) E / ep), stores, updates
-// and checkpoints only those, and runs every source rank's tokens through them (model/moe_mlp.h).
+// Expert parallelism's placement (parallel.ep; docs/parallelism.md, "Expert
+// parallelism"): the world is dp x ep ranks, rank r = d * ep + e. Dense parameters are replicated
+// on every rank; the routed experts of every MoE layer are split over the ep ranks of an
+// expert-parallel group (the ranks with the same d): rank e owns experts [e E / ep, (e + 1) E /
+// ep), stores, updates and checkpoints only those, and runs every source rank's tokens through
+// them (model/moe_mlp.h), reaching the other ranks through model/expert_exchange.h.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <string>
-
-#include "dist/communicator.h"
-#include "dist/device_communicator.h"
 
 namespace eco {
 
@@ -18,10 +16,6 @@ struct ExpertParallel {
   int rank = 0;  // e: this rank's place in its expert-parallel group (world rank % ep)
   int dp = 1;    // expert-parallel groups (world / ep)
   int group = 0;  // d: this rank's group (world rank / ep)
-  // Set when ep > 1: the expert-parallel group, split(r / ep, r % ep) (the token exchange), and
-  // the expert-data-parallel group, split(r % ep, r / ep) (the ranks owning the same experts).
-  Communicator* ep_comm = nullptr;
-  Communicator* edp_comm = nullptr;
   double row_factor = 0;  // parallel.ep_row_factor (0: ep)
   // Whether an owner keeps each source rank's gradient of its experts apart until the step's
   // end (MoeMlp's source accumulators, E experts' gradients a rank): needed when the fold over
@@ -29,11 +23,6 @@ struct ExpertParallel {
   // (grad_accum > 1). Otherwise (dp 1, one micro-batch) the sources arrive in fold order and one
   // running sum of the local experts does.
   bool keep_sources = true;
-  // device: cuda, when every rank can use NCCL (Trainer::start_device_communicator, through
-  // Transformer::set_expert_device_communicators): the same two groups GPU to GPU. ep_device
-  // carries the token exchange; edp_device (dp > 1) the expert gradients. Null: host staging.
-  DeviceCommunicator* ep_device = nullptr;
-  DeviceCommunicator* edp_device = nullptr;
 
   // The rows this rank's experts can take in a layer when one source sends at most `rows`:
   // row_factor x rows (ep x rows by default, the worst case), rounded up to whole 16-row tiles.
@@ -49,8 +38,7 @@ struct ExpertParallel {
   bool owns(int x, int n_experts) const { return owner(x, n_experts) == rank; }
 };
 
-// The placement of world rank `world_rank` of dp x ep ranks, without its communicators (a
-// plan's, or the trainer's before it splits the groups).
+// The placement of world rank `world_rank` of dp x ep ranks.
 // grad_accum: the run's micro-batches a step (keep_sources).
 inline ExpertParallel expert_placement(int dp, int ep, int world_rank, double row_factor = 0,
                                        int grad_accum = 1) {

@@ -30,13 +30,6 @@ class Mlp {
   // micro-batches), so that data-parallel ranks can sum them over the ranks first; null when the
   // MLP keeps none.
   virtual std::vector<int64_t>* step_loads() { return nullptr; }
-  // Expert parallelism: after the step's micro-batches, the local experts' gradients = every
-  // source rank's, summed in world rank order (MoeMlp); the dense MLP has nothing to do.
-  virtual void reduce_expert_gradients(const ModelContext& /*ctx*/) {}
-  // Expert parallelism: the elements of this layer's source accumulators (every source rank's
-  // gradient of every local expert, MoeMlp), which reduce_expert_gradients receives from each
-  // other expert-data-parallel rank; 0 without any.
-  virtual int64_t expert_accumulator_elems() const { return 0; }
   // The router's figures of the last forward (MoE layers), else null.
   struct MoeStats {
     std::vector<int64_t> routed;  // (E) slots routed to each expert
@@ -57,8 +50,8 @@ void mlp_activation_forward(Backend& be, MlpKind k, const Tensor& act, const Ten
 void mlp_activation_backward(Backend& be, MlpKind k, const Tensor& dfc, const Tensor& dact,
                              const Tensor& fc, int N, int H);
 
-// The MLP of layer `layer` (parameters named prefix + "mlp.*"), for N = B*T rows: the dense MLP
-// of the config's kind (a MoE config will choose the MoE MLP here).
+// The MLP of layer `layer` (parameters named prefix + "mlp.*"), for N = B*T rows: the MoE MLP on
+// the config's MoE layers (MoeConfig::is_moe_layer), else the dense MLP of the config's kind.
 std::unique_ptr<Mlp> make_mlp(const ModelContext& ctx, const std::string& prefix, int layer,
                               int64_t N);
 

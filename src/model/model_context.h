@@ -6,6 +6,7 @@
 
 #include "core/config.h"
 #include "base/backend.h"
+#include "model/expert_exchange.h"
 #include "model/expert_parallel.h"
 #include "model/param_store.h"
 
@@ -22,10 +23,9 @@ struct ModelContext {
   float loss_scale = 1.0f;
   // Expert parallelism (model/expert_parallel.h); null or ep 1: every expert is here.
   const ExpertParallel* ep = nullptr;
-  // Expert parallelism with ep->edp_device (dp > 1): one expert-data-parallel rank's source
-  // accumulators of a MoE layer (the largest layer's), which MoeMlp::reduce_expert_gradients
-  // receives GPU to GPU before folding them in; every layer shares it (fp32, device).
-  Tensor ep_part = {};
+  // Expert parallelism: the MoE layers' way to the other ranks (null for a plan's model, which
+  // runs nothing, and at ep 1).
+  ExpertExchange* exchange = nullptr;
 
   // Gemma's norms scale by (1 + w) (ModelConfig::norm_unit_offset): norm_gain() writes 1 + w
   // into a gain scratch (max(d_model, head_dim) wide, from `ones` by residual_forward) for the

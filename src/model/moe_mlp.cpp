@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "dist/device_communicator.h"
 
 namespace eco {
 
@@ -71,11 +70,16 @@ MoeMlp::MoeMlp(const ModelContext& ctx, const std::string& p, int layer, int64_t
     const size_t end = size_t(last.bias >= 0 ? last.bias : last.weight);
     const int64_t base = ctx.store.grad_offset(size_t(fc_[size_t(x)].weight));
     expert_base_.push_back(base);
-    span_ = ctx.store.grad_offset(end) + specs[end].numel() - base;
+    expert_grad_elems_ = ctx.store.grad_offset(end) + specs[end].numel() - base;
   }
-  sources_ = P.keep_sources ? P.ep : 1;
-  acc_ = ws(P.keep_sources ? "ep_source_grads" : "ep_expert_grads", {sources_ * local_ * span_}, dt,
-            MemCategory::Grads);  // zeros
+  source_slots_ = P.keep_sources ? P.ep : 1;
+  source_grads_ = ws(P.keep_sources ? "ep_source_grads" : "ep_expert_grads",
+                     {source_slots_ * local_ * expert_grad_elems_}, dt, MemCategory::Grads);  // 0s
+  if (!ctx.exchange) return;  // a plan's model
+  ExpertGradients folded{source_grads_, source_slots_, local_, expert_grad_elems_, {}};
+  for (int64_t base : expert_base_)
+    folded.grads.push_back(ctx.grads.slice(base, {expert_grad_elems_}));
+  ctx.exchange->add_expert_gradients(std::move(folded));
 }
 
 void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& normed, int N) {
@@ -89,9 +93,9 @@ void MoeMlp::forward(const ModelContext& ctx, const Tensor& out, const Tensor& n
   dispatch_ = be.moe_dispatch(row_of_slot_, token_of_row_, idx_, gates_, N, E, k, m.capacity(N));
   be.moe_gather(rows_x_, normed, token_of_row_, dispatch_.rows, C);  // (R, C)
   plan_segments(ctx);
-  if (ep_) exchange(ctx, rows_x_, send_rows_, ex_x_, recv_rows_, C);  // to the experts' owners
+  if (ep_) ctx.exchange->exchange_rows(rows_x_, send_rows_, ex_x_, recv_rows_, C);  // to the owners
   experts_forward(ctx);
-  if (ep_) exchange(ctx, ex_y_, recv_rows_, rows_y_, send_rows_, C);  // and back
+  if (ep_) ctx.exchange->exchange_rows(ex_y_, recv_rows_, rows_y_, send_rows_, C);  // and back
   if (shared_) shared_->forward(ctx, out, normed, N);  // out = shared experts (N, C)
   be.moe_combine(out, rows_y_, gates_, row_of_slot_, N, C, k, /*accumulate=*/bool(shared_));
 
@@ -126,7 +130,7 @@ void MoeMlp::plan_segments(const ModelContext& ctx) {
   // rows of each local expert keep their segment (the GEMM the source would run at ep 1).
   const ExpertParallel& P = *ctx.ep;
   seg_rows_.resize(size_t(P.ep) * E);
-  P.ep_comm->all_gather(seg_rows_.data(), seg.data(), int64_t(E * sizeof(int64_t)));
+  ctx.exchange->gather_counts(seg_rows_.data(), seg.data(), int64_t(E));
   send_rows_.assign(size_t(P.ep), 0);
   recv_rows_.assign(size_t(P.ep), 0);
   for (size_t e = 0; e < E; ++e) send_rows_[size_t(P.owner(int(e), int(E)))] += seg[e];
@@ -173,35 +177,6 @@ void MoeMlp::grow_expert_rows(const ModelContext& ctx, int64_t rows) {
       double(bytes) / 1048576.0, std::ceil(100.0 * double(rows) / double(one)) / 100.0);
 }
 
-void MoeMlp::exchange(const ModelContext& ctx, const Tensor& from,
-                      const std::vector<int64_t>& from_rows, const Tensor& to,
-                      const std::vector<int64_t>& to_rows, int width) {
-  const int64_t row_bytes = int64_t(width) * int64_t(dtype_size(from.dtype));
-  std::vector<int64_t> sb(from_rows.size()), rb(to_rows.size());
-  int64_t send_rows = 0, recv_rows = 0;
-  for (size_t d = 0; d < sb.size(); ++d) sb[d] = from_rows[d] * row_bytes, send_rows += from_rows[d];
-  for (size_t d = 0; d < rb.size(); ++d) rb[d] = to_rows[d] * row_bytes, recv_rows += to_rows[d];
-  if (ctx.be.host_memory()) {
-    ctx.ep->ep_comm->all_to_all_v(from.data, sb, to.data, rb);
-    return;
-  }
-  if (DeviceCommunicator* dev = ctx.ep->ep_device) {  // GPU to GPU, on the backend's stream
-    dev->all_to_all_v(from.data, sb, to.data, rb);
-    // NCCL waits without a timeout: wait for the rows here, under parallel.timeout_s, where the
-    // host-staged exchange's copies waited for them, so that no later wait of the host (the
-    // next dispatch's histogram, the router sums, the loss) hangs on a rank that stopped.
-    const Communicator::WaitGuard guard(*ctx.ep->ep_comm, "the NCCL token exchange");
-    ctx.be.synchronize();
-    return;
-  }
-  // Device memory goes through the host (rows [0, send_rows) of `from`, [0, recv_rows) of `to`).
-  host_send_.resize(size_t(send_rows * row_bytes));
-  host_recv_.resize(size_t(recv_rows * row_bytes));
-  if (send_rows > 0) ctx.be.copy_to_host(host_send_.data(), from.slice(0, {send_rows, width}));
-  ctx.ep->ep_comm->all_to_all_v(host_send_.data(), sb, host_recv_.data(), rb);
-  if (recv_rows > 0) ctx.be.copy_from_host(to.slice(0, {recv_rows, width}), host_recv_.data());
-}
-
 void MoeMlp::experts_forward(const ModelContext& ctx) {
   const MoeConfig& m = ctx.cfg.moe;
   const int C = ctx.cfg.d_model, H = m.expert_hidden, FC = int(m.expert_fc_rows());
@@ -236,10 +211,10 @@ void MoeMlp::backward(const ModelContext& ctx, const BlockScratch& s, const Tens
     // (After a growth this layer's own buffers: the shared ones hold the configured rows.)
     const bool grown = !grown_d_rows_.empty();
     const Tensor& d_rows = grown ? grown_d_rows_ : s.moe_ep_d_rows;
-    exchange(ctx, s.moe_d_rows, send_rows_, d_rows, recv_rows_, C);
+    ctx.exchange->exchange_rows(s.moe_d_rows, send_rows_, d_rows, recv_rows_, C);
     experts_backward(ctx, d_rows, grown ? grown_d_act_ : s.moe_d_act,
                      grown ? grown_d_fc_ : s.moe_d_fc);
-    exchange(ctx, d_rows, recv_rows_, s.moe_d_rows, send_rows_, C);
+    ctx.exchange->exchange_rows(d_rows, recv_rows_, s.moe_d_rows, send_rows_, C);
   }
   be.moe_scatter_add(d_normed, s.moe_d_rows, row_of_slot_, N, C, k);
 
@@ -279,10 +254,10 @@ void MoeMlp::segment_grads(const ModelContext& ctx, LinearRef l, const Segment& 
   for (int i : {l.weight, l.bias}) {
     if (i < 0) continue;
     const ParamSpec& sp = specs[size_t(i)];
-    const int64_t source = sources_ > 1 ? g.source : 0;  // one running sum: sources in order
-    const int64_t at = (source * local_ + k) * span_ + ctx.store.grad_offset(size_t(i)) -
-                       expert_base_[size_t(k)];
-    ctx.be.add_inplace(acc_.slice(at, {sp.numel()}), ctx.g(i), sp.numel());
+    const int64_t source = source_slots_ > 1 ? g.source : 0;  // one running sum: sources in order
+    const int64_t at = (source * local_ + k) * expert_grad_elems_ +
+                       ctx.store.grad_offset(size_t(i)) - expert_base_[size_t(k)];
+    ctx.be.add_inplace(source_grads_.slice(at, {sp.numel()}), ctx.g(i), sp.numel());
   }
 }
 
@@ -318,87 +293,10 @@ void MoeMlp::experts_backward(const ModelContext& ctx, const Tensor& d_rows, con
                       ex_x_.slice(r0 * C, {n, C}), n, C, FC);
     });
   }
-  // The local experts' gradient slots stay zero until reduce_expert_gradients folds acc_.
+  // The local experts' gradient slots stay zero until the fold (ExpertGradients) fills them.
   if (ep_)
-    for (int k = 0; k < local_; ++k) be.zero(ctx.grads.slice(expert_base_[size_t(k)], {span_}));
-}
-
-void MoeMlp::reduce_expert_gradients(const ModelContext& ctx) {
-  if (!ep_) return;
-  // At ep 1 the world's all-reduce gives every expert ((0 + g_0) + g_1) + ... + g_{w-1} over the
-  // world's ranks. Here rank (d, s) = d ep + s: the sources of the expert-data-parallel groups'
-  // accumulators (d = 0 .. dp - 1, each holding sources s = 0 .. ep - 1) are folded in that same
-  // order, d then s, so every element sees the same fp32 additions at every placement.
-  const ExpertParallel& P = *ctx.ep;
-  Backend& be = ctx.be;
-  // (Without keep_sources, dp 1, acc_ holds one running sum, ((0 + g_0) + g_1) + ... in source
-  // order as the backward added the segments: the fold below makes the gradient 0 + it, exact,
-  // as a sum from +0 is never -0.)
-  if (!be.host_memory() && P.dp > 1 && !P.edp_device) {  // device memory without NCCL: on the host
-    reduce_expert_gradients_on_host(ctx);
-    return;
-  }
-  ECO_ASSERT(P.dp == 1 || acc_.dtype == DType::F32, "expert gradients in {}",
-             dtype_name(acc_.dtype));
-  const int64_t n = acc_.numel();
-  for (int k = 0; k < local_; ++k) be.zero(ctx.grads.slice(expert_base_[size_t(k)], {span_}));
-  if (be.host_memory() && P.dp > 1) {  // every group's accumulators at once
-    gathered_.resize(size_t(P.dp) * size_t(n));
-    P.edp_comm->all_gather(gathered_.data(), acc_.data, int64_t(acc_.bytes()));
-    const Tensor all{gathered_.data(), {int64_t(gathered_.size())}, DType::F32};
-    for (int d = 0; d < P.dp; ++d) fold_sources(ctx, all.slice(int64_t(d) * n, {n}));
-  } else {  // this group's alone (dp 1), or each group's in turn GPU to GPU into ctx.ep_part
-    for (int d = 0; d < P.dp; ++d) {
-      Tensor parts = acc_;
-      if (P.dp > 1) {
-        ECO_ASSERT(ctx.ep_part.numel() >= n && ctx.ep_part.dtype == DType::F32,
-                   "expert accumulators of {} elements, a receive buffer of {}", n,
-                   ctx.ep_part.numel());
-        if (d != P.group) parts = ctx.ep_part.slice(0, {n});
-        P.edp_device->broadcast(parts.data, int64_t(acc_.bytes()), d);  // rank d of the group
-      }
-      fold_sources(ctx, parts);
-    }
-    if (P.dp > 1) {  // NCCL waits without a timeout: wait here, under parallel.timeout_s
-      const Communicator::WaitGuard guard(*P.edp_comm, "the NCCL expert-gradient broadcasts");
-      be.synchronize();
-    }
-  }
-  be.zero(acc_);
-}
-
-void MoeMlp::fold_sources(const ModelContext& ctx, const Tensor& parts) {
-  for (int k = 0; k < local_; ++k) {
-    const Tensor g = ctx.grads.slice(expert_base_[size_t(k)], {span_});
-    for (int64_t s = 0; s < sources_; ++s)
-      ctx.be.add_inplace(g, parts.slice((s * local_ + k) * span_, {span_}), span_);
-  }
-}
-
-void MoeMlp::reduce_expert_gradients_on_host(const ModelContext& ctx) {
-  const ExpertParallel& P = *ctx.ep;
-  Backend& be = ctx.be;
-  ECO_ASSERT(acc_.dtype == DType::F32, "expert gradients in {}", dtype_name(acc_.dtype));
-  const size_t n = size_t(acc_.numel());
-  host_acc_.resize(n);
-  be.copy_to_host(host_acc_.data(), acc_);
-  const float* parts = host_acc_.data();
-  if (P.dp > 1) {
-    gathered_.resize(size_t(P.dp) * n);
-    P.edp_comm->all_gather(gathered_.data(), host_acc_.data(), int64_t(n * sizeof(float)));
-    parts = gathered_.data();
-  }
-  // ((0 + g_0) + g_1) + ... in fp32, as Backend::add_inplace adds on either backend.
-  std::vector<float> g(static_cast<size_t>(span_));
-  for (int k = 0; k < local_; ++k) {
-    std::fill(g.begin(), g.end(), 0.0f);
-    for (int src = 0; src < P.dp * P.ep; ++src) {
-      const float* part = parts + (size_t(src) * size_t(local_) + size_t(k)) * size_t(span_);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] + part[i];
-    }
-    be.copy_from_host(ctx.grads.slice(expert_base_[size_t(k)], {span_}), g.data());
-  }
-  be.zero(acc_);
+    for (int k = 0; k < local_; ++k)
+      be.zero(ctx.grads.slice(expert_base_[size_t(k)], {expert_grad_elems_}));
 }
 
 void MoeMlp::after_optimizer_step(const ModelContext& ctx) {
@@ -409,10 +307,10 @@ void MoeMlp::after_optimizer_step(const ModelContext& ctx) {
     for (int64_t n : step_routed_) mean += double(n) / E;
     std::vector<double> b(static_cast<size_t>(E));
     const DType dt = ctx.be.dtype();
-    std::vector<float> bf(dt == DType::F32 ? size_t(E) : 0);
+    std::vector<float> bias_f32(dt == DType::F32 ? size_t(E) : 0);  // the stored dtype's copy
     if (dt == DType::F32) {
-      ctx.store.get(size_t(select_bias_), bf.data());
-      std::copy(bf.begin(), bf.end(), b.begin());
+      ctx.store.get(size_t(select_bias_), bias_f32.data());
+      std::copy(bias_f32.begin(), bias_f32.end(), b.begin());
     } else {
       ctx.store.get(size_t(select_bias_), b.data());
     }
@@ -424,8 +322,8 @@ void MoeMlp::after_optimizer_step(const ModelContext& ctx) {
     }
     for (double& v : b) v -= centre;
     if (dt == DType::F32) {
-      std::copy(b.begin(), b.end(), bf.begin());
-      ctx.store.set(size_t(select_bias_), bf.data());
+      std::copy(b.begin(), b.end(), bias_f32.begin());
+      ctx.store.set(size_t(select_bias_), bias_f32.data());
     } else {
       ctx.store.set(size_t(select_bias_), b.data());
     }

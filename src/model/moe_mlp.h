@@ -5,8 +5,7 @@
 // in fixed k order, plus the shared experts (a dense MLP on every token). Forward and backward
 // written out; the load-balance (aux) and z losses enter the backward with the loss scale.
 // Under expert parallelism (model/expert_parallel.h) each expert's rows go to the rank that owns
-// it (all_to_all_v in the expert-parallel group: on device memory GPU to GPU when the group has a
-// device communicator, else through the host) and come back; see moe_mlp.cpp.
+// it and come back, through ModelContext::exchange (model/expert_exchange.h); see moe_mlp.cpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -30,9 +29,7 @@ class MoeMlp : public Mlp {
   void after_optimizer_step(const ModelContext& ctx) override;
   std::vector<int64_t>* step_loads() override { return &step_routed_; }
   const MoeStats* moe_stats() const override { return &stats_; }
-  void reduce_expert_gradients(const ModelContext& ctx) override;
   std::string take_note() override { return std::exchange(note_, {}); }
-  int64_t expert_accumulator_elems() const override { return acc_.numel(); }
 
  private:
   // One expert GEMM pair: `n` rows of ex_x_ from `r0` through expert `expert`, rows that rank
@@ -45,21 +42,18 @@ class MoeMlp : public Mlp {
     int source;
   };
   // segments_ and ex_rows_ from the last dispatch; under expert parallelism also the row counts
-  // to and from each rank of the group (one all_gather of every rank's segment sizes).
+  // to and from each rank of the group (every rank's segment sizes: ExpertExchange::gather_counts).
   void plan_segments(const ModelContext& ctx);
   // Expert parallelism: the rows of this rank's experts outgrew their buffers (sized for
   // parallel.ep_row_factor x a source's rows): new ones of at least `rows` (a quarter more than
   // before, at most ep x a source's rows, which always fits), and the backward's own; note_ says
   // so. The old buffers stay allocated (the backend frees nothing before it ends).
   void grow_expert_rows(const ModelContext& ctx, int64_t rows);
-  // all_to_all_v of rows of `width` values: block d of `from` (from_rows[d] rows) to rank d.
-  void exchange(const ModelContext& ctx, const Tensor& from, const std::vector<int64_t>& from_rows,
-                const Tensor& to, const std::vector<int64_t>& to_rows, int width);
   // The experts' forward on their row segments: ex_x_ -> ex_y_.
   void experts_forward(const ModelContext& ctx);
   // Their backward: from the output-row gradient d_rows to the input-row gradient (in the same
   // buffer), the experts' parameter gradients accumulated (under expert parallelism into the
-  // source's accumulator, acc_).
+  // source's slot of source_grads_).
   void experts_backward(const ModelContext& ctx, const Tensor& d_rows, const Tensor& d_act,
                         const Tensor& d_fc);
   // Parameter l's gradient of one segment (run(): its linear_backward): straight into the
@@ -88,28 +82,21 @@ class MoeMlp : public Mlp {
   Tensor grown_d_fc_, grown_d_act_, grown_d_rows_;
   std::string note_;
   // Expert parallelism (ep_): the local experts [first_, first_ + local_); the row counts of the
-  // exchange, to / from each rank of the group; every rank's segment sizes (ep, E); the backward's
-  // buffers over ex rows; acc_ (ep, local_, span_): each source rank's gradient of each local
-  // expert, summed over the step's micro-batches (a rank of ep 1 would hold exactly that), whose
-  // experts' gradients start at gradient offsets expert_base_; (1, local_, span_) without
-  // keep_sources: the running sum over the sources, in order.
+  // exchange, to / from each rank of the group; every rank's segment sizes (ep, E).
   bool ep_ = false;
   int first_ = 0, local_ = 0;
   std::vector<int64_t> send_rows_, recv_rows_, seg_rows_;
-  Tensor acc_;
-  int64_t sources_ = 1;  // source slots of acc_: ep, or 1 (ExpertParallel::keep_sources false)
-  int layer_ = 0;
-  int64_t span_ = 0;
+  // source_grads_ (source_slots_, local_, expert_grad_elems_): each source rank's gradient of
+  // each local expert, summed over the step's micro-batches (a rank of ep 1 would hold exactly
+  // that), folded over the world after the backward by the exchange (ExpertGradients); one slot
+  // (source_slots_ 1) without keep_sources: the running sum over the sources, in order. A local
+  // expert's parameters are one span of the flat gradient, of expert_grad_elems_ elements from
+  // offset expert_base_[k].
+  Tensor source_grads_;
+  int64_t source_slots_ = 1;  // ep, or 1 (ExpertParallel::keep_sources false)
+  int64_t expert_grad_elems_ = 0;
   std::vector<int64_t> expert_base_;
-  // Device memory's way through the host, without device communicators: the exchange's rows,
-  // this rank's accumulators.
-  std::vector<char> host_send_, host_recv_;
-  std::vector<float> host_acc_;
-  void reduce_expert_gradients_on_host(const ModelContext& ctx);
-  // grads of the local experts += the source accumulators `parts` (sources_, local_, span_) of one
-  // expert-data-parallel rank, sources in rank order (Backend::add_inplace).
-  void fold_sources(const ModelContext& ctx, const Tensor& parts);
-  std::vector<float> gathered_;         // host memory: acc_ of every expert-data-parallel rank
+  int layer_ = 0;
   MoeStats stats_;
   std::vector<int64_t> step_routed_;    // loads summed over the step's backward passes
 };

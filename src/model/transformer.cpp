@@ -27,11 +27,12 @@ std::vector<char> absent_experts(const ParamTable& table, const ModelConfig& cfg
 
 Transformer::Transformer(const ModelConfig& cfg, Backend& be, int max_batch,
                          const Treatment& treatment, QuantizeScope scope,
-                         const ExpertParallel& ep)
+                         const ExpertParallel& ep, ExpertExchange* exchange)
     : cfg_(cfg), be_(be), ep_(ep), table_(build_param_table(cfg)),
       store_(table_, treatment, be, scope, absent_experts(table_, cfg, ep)),
       max_batch_(max_batch), ctx_{cfg_, be_, store_, grads_} {
   ctx_.ep = &ep_;
+  ctx_.exchange = exchange;
   // Parameters, gradients, saved statistics and losses in dtype(); activations, their gradients
   // and logits in act_dtype() (bf16 on CUDA).
   const DType dt = be_.dtype(), at = be_.act_dtype();
@@ -264,28 +265,6 @@ std::vector<std::vector<int64_t>*> Transformer::step_loads() {
   for (auto& b : blocks_)
     if (std::vector<int64_t>* l = b->mlp().step_loads()) out.push_back(l);
   return out;
-}
-
-void Transformer::reduce_expert_gradients() {
-  if (!ep_.enabled()) return;
-  for (auto& b : blocks_) b->mlp().reduce_expert_gradients(ctx_);
-}
-
-void Transformer::set_expert_device_communicators(DeviceCommunicator* ep,
-                                                  DeviceCommunicator* edp) {
-  ECO_ASSERT(ep_.enabled() || (!ep && !edp), "device communicators for expert parallelism at ep {}",
-             ep_.ep);
-  ECO_ASSERT(!be_.host_memory() || (!ep && !edp), "device communicators on a host-memory backend");
-  ep_.ep_device = ep;
-  ep_.edp_device = edp;
-  if (edp) reserve_expert_receive_buffer();
-}
-
-void Transformer::reserve_expert_receive_buffer() {
-  if (!ep_.enabled() || ep_.dp == 1 || ctx_.ep_part.numel() > 0) return;
-  int64_t largest = 0;
-  for (const auto& b : blocks_) largest = std::max(largest, b->mlp().expert_accumulator_elems());
-  ctx_.ep_part = be_.alloc("moe_ep_part", {largest}, DType::F32, MemCategory::Grads);
 }
 
 void Transformer::after_optimizer_step() {

@@ -25,10 +25,12 @@ class Transformer {
   // The treatment and its scope decide how parameters are stored (see ParamStore); fp32 by
   // default.
   // `ep`: expert parallelism (model/expert_parallel.h): this rank stores only its own routed
-  // experts (the others are absent from the store) and exchanges tokens with its group.
+  // experts (the others are absent from the store) and exchanges tokens with its group through
+  // `exchange` (model/expert_exchange.h; null only for a plan's model, which runs nothing).
   Transformer(const ModelConfig& cfg, Backend& backend, int max_batch,
               const Treatment& treatment = Treatment{},
-              QuantizeScope scope = QuantizeScope::Blocks, const ExpertParallel& ep = {});
+              QuantizeScope scope = QuantizeScope::Blocks, const ExpertParallel& ep = {},
+              ExpertExchange* exchange = nullptr);
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
@@ -70,21 +72,9 @@ class Transformer {
   int64_t logits_stride() const { return logits_ld_; }
   // After every optimizer step (the MoE sigmoid_bias router's selection-bias update).
   void after_optimizer_step();
-  // Expert parallelism: after the step's micro-batches (and the dense gradients' all-reduce),
-  // every local expert's gradient = the world's, summed in world rank order (MoeMlp).
-  void reduce_expert_gradients();
   const ExpertParallel& expert_parallel() const { return ep_; }
   // What the layers have to say since the last call (Mlp::take_note), in layer order.
   std::vector<std::string> take_notes();
-  // Expert parallelism on device memory: the expert-parallel and expert-data-parallel groups'
-  // device communicators (ExpertParallel::ep_device, edp_device; null: through the host), which
-  // every MoE layer uses from its next call. With edp_device (dp > 1) this allocates the buffer
-  // the layers receive another group's expert gradients into (ModelContext::ep_part, in the
-  // ledger). Every rank of the run must pass the same kinds.
-  void set_expert_device_communicators(DeviceCommunicator* ep, DeviceCommunicator* edp);
-  // That receive buffer alone (once; nothing at dp 1): what a plan of a CUDA run counts, as
-  // every rank having its own GPU gets it.
-  void reserve_expert_receive_buffer();
   // Every MoE layer's step loads (Mlp::step_loads), in layer order.
   std::vector<std::vector<int64_t>*> step_loads();
   // The MoE layers' router figures of the last forward, summed (aux, z, dropped) or averaged

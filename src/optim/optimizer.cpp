@@ -10,10 +10,10 @@
 namespace eco {
 
 Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed, int zero_world,
-                     int rank, Communicator* comm)
+                     int rank, ParallelPlan* plan)
     : cfg_(cfg), model_(model), seed_(seed), adamw_(cfg.name == OptimizerKind::AdamW),
       pieces_(model.store(), 1, std::vector<char>(model.table().specs.size(), 1)), rank_(rank),
-      comm_(comm) {
+      plan_(plan) {
   Backend& be = model.backend();
   ParamStore& store = model.store();
   const auto& specs = model.table().specs;
@@ -24,13 +24,13 @@ Optimizer::Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed, 
     // The groups: without expert parallelism one over every parameter; with it, the dense
     // parameters over the world and this rank's routed experts over the dp ranks holding them.
     ZeroMembers m = zero_members(store, P.enabled());
-    groups_.push_back(Group{ZeroShards(store, zero_world, std::move(m.dense)), comm, rank, true,
-                            {}, {}});
+    groups_.push_back(
+        Group{ZeroShards(store, zero_world, std::move(m.dense)), ZeroGroup::World, rank, {}, {}});
     if (P.enabled()) {
       if (zero_world % P.ep != 0)
         runtime_error("optimizer: a ZeRO-1 world of {} is not dp x ep {}", zero_world, P.ep);
       groups_.push_back(Group{ZeroShards(store, zero_world / P.ep, std::move(m.experts)),
-                              P.edp_comm, rank / P.ep, false, {}, {}});
+                              ZeroGroup::Experts, rank / P.ep, {}, {}});
     }
   }
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -127,25 +127,15 @@ double Optimizer::grad_norm() {
   segment_sums_.assign(segments_.size(), 0.0);
   model_.backend().sum_squares_segments(g, segments_, segment_sums_.data());
   for (size_t j = 0; j < segments_.size(); ++j) partials_[segment_piece_[j]] = segment_sums_[j];
-  if (sharded()) {
-    // ZeRO-1: each piece is one rank's in the world (a dense piece by the world's shards, an
-    // expert's by its owners' group's): the others' partials are zeros, added exactly.
-    comm_->all_reduce_sum(partials_.data(), int64_t(partials_.size()));
-  } else if (const ExpertParallel& P = model_.expert_parallel(); P.enabled()) {
-    // Expert parallelism: an expert's piece is its owner's (the others' are zeros); a dense
-    // piece, the same on every rank, is rank 0's of the group.
-    if (P.rank != 0)
-      for (size_t k = 0; k < pieces.size(); ++k)
-        if (dense_piece_[k]) partials_[k] = 0;
-    P.ep_comm->all_reduce_sum(partials_.data(), int64_t(partials_.size()));
-  }
+  // Over the ranks, each piece counted once (ZeRO-1, expert parallelism); one process: as is.
+  if (plan_) plan_->sum_norm_partials(partials_, dense_piece_, sharded());
   double sum = 0;
   for (const double p : partials_) sum += p;
   return std::sqrt(sum);
 }
 
 void Optimizer::step(double lr, double grad_norm) {
-  ECO_ASSERT(!sharded() || comm_, "a ZeRO-1 optimizer step without a communicator");
+  ECO_ASSERT(!sharded() || plan_, "a ZeRO-1 optimizer step without a parallel plan");
   ++t_;
   float grad_scale = 1.0f;
   if (cfg_.grad_clip > 0 && grad_norm > cfg_.grad_clip) grad_scale = float(cfg_.grad_clip / grad_norm);
@@ -205,36 +195,12 @@ void Optimizer::all_gather_weights() {
 }
 
 void Optimizer::all_gather_group(Group& g) {
-  Backend& be = model_.backend();
-  const bool device = g.device && device_comm_ && !be.host_memory();
   for (ParamArena kind : {ParamArena::Codes, ParamArena::Scales, ParamArena::Values}) {
     const Tensor& buf = model_.store().arena(kind).buffer;
     const auto& parts = g.parts[size_t(kind)];
     if (buf.empty() || parts.empty()) continue;
-    // The bytes this rank sends, by the communicator's own counter.
-    const auto counted = [&] {
-      return (device ? device_comm_->bytes_sent() : g.comm->bytes_sent()).all_gather;
-    };
-    const int64_t before = counted();
-    // Each segment of the group's parameters, cut between the ranks by the same bounds.
-    const auto gather = [&](char* base, auto&& all_gather) {
-      for (const Part& p : parts) all_gather(base + p.begin, p.bounds);
-    };
-    if (be.host_memory()) {
-      gather(buf.as<char>(), [&](char* p, const std::vector<int64_t>& b) { g.comm->all_gather(p, b); });
-    } else if (device) {  // GPU to GPU, waited for under the run's collective timeout
-      gather(buf.as<char>(),
-             [&](char* p, const std::vector<int64_t>& b) { device_comm_->all_gather(p, b); });
-      const Communicator::WaitGuard guard(*comm_, "the NCCL all-gather of the weights");
-      be.synchronize();
-    } else {  // device memory through the host
-      staging_.resize(buf.bytes());
-      be.copy_to_host(staging_.data(), buf);
-      gather(staging_.data(),
-             [&](char* p, const std::vector<int64_t>& b) { g.comm->all_gather(p, b); });
-      be.copy_from_host(buf, staging_.data());
-    }
-    (kind == ParamArena::Values ? g.sent.values : g.sent.quantized) += counted() - before;
+    (kind == ParamArena::Values ? g.sent.values : g.sent.quantized) +=
+        plan_->all_gather_segments(g.which, buf, parts);
   }
 }
 
@@ -253,7 +219,7 @@ std::vector<Optimizer::GatherBytes> Optimizer::own_weight_bytes() const {
     GatherBytes b;
     b.world = g.shards.world();
     for (ParamArena kind : {ParamArena::Codes, ParamArena::Scales, ParamArena::Values})
-      for (const Part& p : g.parts[size_t(kind)])
+      for (const GatherSegment& p : g.parts[size_t(kind)])
         (kind == ParamArena::Values ? b.values : b.quantized) +=
             p.bounds[size_t(g.rank) + 1] - p.bounds[size_t(g.rank)];
     out.push_back(b);

@@ -13,8 +13,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "dist/communicator.h"
-#include "dist/device_communicator.h"
+#include "dist/parallel_plan.h"
 #include "model/transformer.h"
 #include "optim/zero_shards.h"
 
@@ -26,11 +25,11 @@ class Optimizer {
   // cfg.state_dtype (fp32 or bf16) for quantized ones, one arena per moment and dtype
   // (model/arena.h). `seed` keys the SR random streams.
   // zero_world > 1: ZeRO-1 over that many ranks (the world), this process being world rank
-  // `rank`; `comm` carries the step's collectives (null only for a plan, which takes no step).
-  // Under expert parallelism (model.expert_parallel()) the experts' group is the dp ranks of
-  // rank / ep's column, over its edp_comm.
+  // `rank`; `plan` carries the step's collectives (dist/parallel_plan.h; null for one process,
+  // or a plan's optimizer, which takes no step). Under expert parallelism
+  // (model.expert_parallel()) the experts' group is the dp ranks of rank / ep's column.
   Optimizer(const OptimConfig& cfg, Transformer& model, uint64_t seed = 0, int zero_world = 1,
-            int rank = 0, Communicator* comm = nullptr);
+            int rank = 0, ParallelPlan* plan = nullptr);
 
   // The world rank whose ZeRO-1 share of the moments is the largest (a plan's rank): the dense
   // share plus, under expert parallelism, its experts' share in their group.
@@ -44,9 +43,6 @@ class Optimizer {
   // ZeRO-1 of this rank's rows, then every rank's rows of the stored weights all-gathered.
   void step(double lr, double grad_norm);
   bool sharded() const { return !groups_.empty(); }
-  // ZeRO-1 on device memory: the all-gather of the stored weights goes GPU to GPU through `dc`
-  // (NCCL) instead of through host memory over the host communicator.
-  void set_device_communicator(DeviceCommunicator* dc) { device_comm_ = dc; }
   // ZeRO-1: the dense group's shards over the world (every parameter's without expert
   // parallelism); grad_bounds() of it cut the reduce-scatter of the dense gradient.
   const ZeroShards& shards() const { return groups_.front().shards; }
@@ -87,26 +83,20 @@ class Optimizer {
   std::vector<Tensor> m_, v_;  // per parameter: views into arenas_
   std::vector<PlainUpdate> plain_;  // this step's unquantized updates (kept: no per-step allocation)
   int64_t t_ = 0;
-  // A segment of an arena (its first byte) and the ranks' bounds cut to it, relative to that byte.
-  struct Part {
-    int64_t begin;
-    std::vector<int64_t> bounds;
-  };
-  // A ZeRO-1 sharding group: its shards, communicator, this rank's place, and the segments and
-  // bounds its collectives take.
+  // A ZeRO-1 sharding group: its shards, which group of the plan it is, this rank's place, and
+  // per arena the segments of its members with the ranks' bounds cut to each (relative to the
+  // segment's first byte), as its all-gathers take them.
   struct Group {
     ZeroShards shards;
-    Communicator* comm = nullptr;
+    ZeroGroup which = ZeroGroup::World;
     int rank = 0;
-    bool device = false;  // gathers through the device communicator (the world group only)
-    std::vector<Part> parts[3];  // by ParamArena
+    std::vector<GatherSegment> parts[3];  // by ParamArena
     GatherBytes sent;
   };
   ZeroShards pieces_;        // every present parameter, one rank: grad_norm's pieces
   std::vector<Group> groups_;  // ZeRO-1: dense (the world), then routed experts (edp)
   int rank_;
-  Communicator* comm_;
-  DeviceCommunicator* device_comm_ = nullptr;
+  ParallelPlan* plan_;
   std::vector<std::pair<int64_t, int64_t>> rows_;  // per parameter: this rank's rows
   std::vector<double> partials_;                   // grad_norm's, one per piece
   std::vector<char> mine_;                         // grad_norm: piece k's rows are this rank's
@@ -114,7 +104,6 @@ class Optimizer {
   std::vector<SumSegment> segments_;               // grad_norm's pieces on this rank
   std::vector<size_t> segment_piece_;              // and their piece indices
   std::vector<double> segment_sums_;
-  std::vector<char> staging_;                      // device arenas' way through host memory
   int64_t gathers_ = 0;
 
   void all_gather_weights();

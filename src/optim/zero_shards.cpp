@@ -200,10 +200,5 @@ ZeroMembers zero_members(const ParamStore& store, bool expert_parallel) {
   return m;
 }
 
-std::vector<int64_t> clamp_bounds(const std::vector<int64_t>& bounds, int64_t begin, int64_t end) {
-  std::vector<int64_t> b(bounds.size());
-  for (size_t r = 0; r < b.size(); ++r) b[r] = std::clamp(bounds[r], begin, end) - begin;
-  return b;
-}
 
 }  // namespace eco

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/communicator.h"  // clamp_bounds
 #include "model/param_store.h"
 #include "model/param_table.h"
 
@@ -99,9 +100,5 @@ struct ZeroMembers {
   std::vector<char> dense, experts;
 };
 ZeroMembers zero_members(const ParamStore& store, bool expert_parallel);
-
-// bounds (world + 1 non-decreasing offsets) cut to the segment [begin, end), relative to begin:
-// each rank's part of the segment.
-std::vector<int64_t> clamp_bounds(const std::vector<int64_t>& bounds, int64_t begin, int64_t end);
 
 }  // namespace eco

@@ -3,14 +3,13 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "base/error.h"
+#include "dist/communicator.h"
 #include "base/backend.h"
-#include "model/transformer.h"
-#include "optim/optimizer.h"
+#include "train/run_factory.h"
 
 namespace eco {
 namespace {
@@ -37,39 +36,9 @@ std::string MemoryFit::describe() const {
   return fmt::format("the plan needs {}; {} available ({})", gib(needed), gib(available), source);
 }
 
-int local_ranks() {
-  // OpenMPI's mpirun, MPICH / Intel MPI, Slurm's srun.
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
-    if (const char* s = std::getenv(v)) {
-      const int n = std::atoi(s);
-      if (n > 0) return n;
-    }
-  return 1;
-}
-
-Tensor alloc_trainer_buffers(Backend& be, const Config& cfg, const Transformer& model) {
-  if (cfg.train.grad_accum == 1) return Tensor{};
-  return be.alloc("gradient accumulator", model.grads().shape, model.grads().dtype,
-                  MemCategory::Grads);
-}
-
 MemoryFit memory_fit(const Config& cfg) {
-  // The planning backend records every allocation without making it.
-  auto be = make_planning_backend(cfg.device);
-  {
-    // Expert parallelism: rank 0's experts (every rank holds as many).
-    Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
-                      cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0,
-                                                       cfg.parallel.ep_row_factor,
-                                                       cfg.train.grad_accum));
-    const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.world() : 1;
-    Optimizer opt(cfg.optim, model, 0, zero_world, Optimizer::largest_rank(model, zero_world));
-    // device: cuda with expert parallelism at dp > 1: the NCCL expert-gradient receive buffer.
-    if (cfg.device == Device::Cuda) model.reserve_expert_receive_buffer();
-    alloc_trainer_buffers(*be, cfg, model);
-  }
   MemoryFit fit;
-  fit.needed = be->ledger().total();
+  fit.needed = plan_run(cfg).backend->ledger().total();
   if (cfg.device == Device::Cuda) {
     fit.available = cuda_free_memory_bytes();
     fit.source = fit.available ? "free memory of the GPU"

@@ -6,8 +6,6 @@
 #include <string>
 
 #include "core/config.h"
-#include "base/backend.h"
-#include "model/transformer.h"
 
 namespace eco {
 
@@ -22,11 +20,6 @@ struct MemoryFit {
 
 // For device cpu the plan is counted once per rank that an MPI launcher put on this host.
 MemoryFit memory_fit(const Config& cfg);
-// The ranks an MPI launcher started on this host (its environment), 1 without one.
-int local_ranks();
-// The trainer's own buffers beside the model's: the gradient accumulator (grad_accum > 1, the
-// shape of the gradients). The trainer, the plan and the memory check all allocate through it.
-Tensor alloc_trainer_buffers(Backend& be, const Config& cfg, const Transformer& model);
 // A usage error naming the total and the limit when the run does not fit.
 void require_memory_fits(const Config& cfg);
 

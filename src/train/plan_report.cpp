@@ -7,9 +7,7 @@
 #include <string_view>
 
 #include "base/backend.h"
-#include "model/transformer.h"
-#include "optim/optimizer.h"
-#include "train/memory_check.h"
+#include "train/run_factory.h"
 
 namespace eco {
 
@@ -42,19 +40,11 @@ RoleMemorySplit role_memory_split(const MemoryLedger& ledger, const ParamTable& 
 }
 
 std::string plan_report(const Config& cfg) {
-  auto be = make_planning_backend(cfg.device);
-  // Expert parallelism: rank 0's experts (every rank holds as many).
-  Transformer model(cfg.model, *be, cfg.train.batch_size, cfg.precision.treatment,
-                    cfg.precision.quantize, expert_placement(cfg.parallel.dp, cfg.parallel.ep, 0,
-                                                       cfg.parallel.ep_row_factor,
-                                                       cfg.train.grad_accum));
-  // Under ZeRO-1 the plan is the rank with the most rows' moments.
-  const int zero_world = cfg.parallel.zero == 1 ? cfg.parallel.world() : 1;
-  const int plan_rank = Optimizer::largest_rank(model, zero_world);
-  Optimizer opt(cfg.optim, model, 0, zero_world, plan_rank);
-  // device: cuda with expert parallelism at dp > 1: the NCCL expert-gradient receive buffer.
-  if (cfg.device == Device::Cuda) model.reserve_expert_receive_buffer();
-  alloc_trainer_buffers(*be, cfg, model);
+  const PlannedRun plan = plan_run(cfg);
+  const Backend* be = plan.backend.get();
+  const Transformer& model = *plan.parts.model;
+  const Optimizer& opt = *plan.parts.opt;
+  const int plan_rank = plan.parts.zero_rank;  // under ZeRO-1: the rank with the most rows
   const auto& ledger = be->ledger();
   const int64_t q = model.store().count_in_scope();
   std::string s = model.table().describe() + "\n" + ledger.table();

@@ -1,6 +1,6 @@
-// Which process of a run this is: rank `rank` of `world`, as the run's communicator numbers it
-// (rank 0 of 1 for a single process). Rank 0 owns the run directory and the console's progress
-// lines; the others write nothing and print only warnings and errors.
+// Which process of a run this is: rank `rank` of `world` (rank 0 of 1 for one process; eco-train
+// fills it from the run's communicator). Rank 0 owns the run directory and the console's
+// progress lines; the others write nothing and print only warnings and errors.
 #pragma once
 #include <fmt/format.h>
 

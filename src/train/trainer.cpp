@@ -16,8 +16,8 @@
 #include "hf/hf_import.h"
 #include "train/evaluator.h"
 #include "train/memory_check.h"
+#include "train/run_factory.h"
 #include "train/run_summary.h"
-#include "train/side_stream_sums.h"
 #include "train/signals.h"
 #include "train/step_profile.h"
 #include "train/training_state.h"
@@ -41,37 +41,18 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
                 cfg_.source_path, par.dp, par.ep, comm_->world(),
                 comm_->world() == 1 ? " was" : "es were", par.world(), par.world(),
                 comm_->world());
-  if (comm_->world() > 1) comm_->set_timeout(par.timeout_s);
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   // Before any allocation: a model that cannot fit is refused at once, not after minutes of
   // zeroing memory.
   require_device_runs_model(cfg_);
   require_memory_fits(cfg_);
   backend_ = make_backend(cfg_.device);
-  if (par.ep > 1) {  // the groups of world = dp x ep, rank r = d ep + e (dist/communicator.h)
-    const int r = comm_->rank();
-    ep_comm_ = comm_->split(r / par.ep, r % par.ep);
-    edp_comm_ = comm_->split(r % par.ep, r / par.ep);
-    ep_ = expert_placement(par.dp, par.ep, r, par.ep_row_factor, cfg_.train.grad_accum);
-    ep_.ep_comm = ep_comm_.get();
-    ep_.edp_comm = edp_comm_.get();
-  }
-  model_ = std::make_unique<Transformer>(cfg_.model, *backend_, cfg_.train.batch_size,
-                                         cfg_.precision.treatment, cfg_.precision.quantize, ep_);
-  if (ep_.enabled()) {
-    // The dense parameters' ranges of the flat gradient (ZeRO-1's dense group's segments).
-    const ZeroShards dense(model_->store(), 1, zero_members(model_->store(), true).dense);
-    dense_ranges_ = dense.grad_segments();
-  }
-  opt_ = std::make_unique<Optimizer>(cfg_.optim, *model_, cfg_.train.seed,
-                                     par.zero == 1 ? par.world() : 1,
-                                     par.zero == 1 ? comm_->rank() : 0, comm_);
-  if (opt_->sharded()) {
-    grad_bounds_ = opt_->shards().grad_bounds();
-    for (const auto& [begin, end] : dense_ranges_)
-      dense_bounds_.push_back(clamp_bounds(grad_bounds_, begin, end));
-  }
-  start_device_communicator();
+  plan_ = std::make_unique<ParallelPlan>(cfg_, *comm_, *backend_);
+  for (const std::string& note : plan_->transport_notes()) log_.info("{}", note);
+  RunParts run = build_run(cfg_, *backend_, RunShare{comm_->rank()}, plan_.get());
+  model_ = std::move(run.model);
+  opt_ = std::move(run.opt);
+  grad_acc_ = run.grad_acc;
 
   LoaderOptions lo{cfg_.train.batch_size, cfg_.model.seq_len, cfg_.model.vocab_size,
                    cfg_.train.seed, cfg_.data.shuffle};
@@ -90,62 +71,9 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   const size_t batch_tokens = size_t(cfg_.train.batch_size) * cfg_.model.seq_len;
   inputs_.resize(batch_tokens);
   targets_.resize(batch_tokens);
-  grad_acc_ = alloc_trainer_buffers(*backend_, cfg_, *model_);
-  if (par.overlap && comm_->world() > 1) {
-    // Every rank must sum the same ranges in the same order: overlap only if all can. Host
-    // memory: a worker thread calls the (MPI) communicator, and under expert parallelism the
-    // main thread's token exchanges run meanwhile (MPI_THREAD_MULTIPLE); a GPU: NCCL on the
-    // side stream (not beside expert parallelism's NCCL exchanges: NCCL documents that two
-    // communicators' operations running at once may deadlock).
-    const bool host = backend_->host_memory();
-    const bool can = host ? comm_->any_thread() && (!ep_.enabled() || comm_->concurrent())
-                          : !ep_.enabled() && device_comm_ && backend_->has_side_stream();
-    double cannot = can ? 0 : 1;
-    comm_->all_reduce_max(&cannot, 1);
-    if (cannot == 0 && host) overlap_ = std::make_unique<CommWorker>();
-    if (cannot == 0 && !host)
-      side_sums_ = std::make_unique<SideStreamSums>(
-          *backend_, *device_comm_,
-          opt_->sharded() ? grad_bounds_ : std::vector<int64_t>{});
-  }
 }
 
 Trainer::~Trainer() = default;
-
-void Trainer::start_device_communicator() {
-  if (cfg_.device != Device::Cuda || comm_->world() == 1) return;
-  // NCCL before 2.30 refuses two ranks on one GPU (and 2.30 only with
-  // NCCL_MULTI_RANK_GPU_ENABLE=1): then, or without NCCL in this build, the sums go through host
-  // memory over MPI. Every rank must choose alike: the reasons are agreed by a maximum.
-  const bool shared_gpu = local_ranks() > cuda_device_count() &&
-                          !std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
-  double reason = !have_nccl() ? 2 : shared_gpu ? 1 : 0;
-  comm_->all_reduce_max(&reason, 1);
-  if (reason == 0) {
-    device_comm_ = make_nccl_communicator(*comm_, *backend_);
-    opt_->set_device_communicator(device_comm_.get());
-  }
-  const char* host_why = reason == 2 ? "this build has no NCCL"
-                                     : "ranks share a GPU, which NCCL refuses before 2.30; "
-                                       "NCCL_MULTI_RANK_GPU_ENABLE=1 asks for it";
-  log_.info("device collectives: {}",
-            reason == 0 ? "NCCL (GPU to GPU, summed in rank order by our fold kernel)"
-                        : fmt::format("through host memory over MPI ({})", host_why));
-  if (!ep_.enabled()) return;
-  // Expert parallelism: the two groups GPU to GPU too, built in the same order on every rank
-  // (each NCCL init waits for its group); the expert-data-parallel one only when it has peers
-  // (dp 1: the expert gradients fold on the device with nothing to receive).
-  if (reason == 0) {
-    ep_device_comm_ = make_nccl_communicator(*ep_comm_, *backend_);
-    if (edp_comm_->world() > 1) edp_device_comm_ = make_nccl_communicator(*edp_comm_, *backend_);
-    model_->set_expert_device_communicators(ep_device_comm_.get(), edp_device_comm_.get());
-  }
-  log_.info("expert exchange: {}",
-            reason == 0 ? "NCCL (tokens by ncclSend / ncclRecv in the expert-parallel group, "
-                          "expert gradients broadcast in the expert-data-parallel group and "
-                          "folded in rank order on the GPU)"
-                        : fmt::format("host-staged over MPI ({})", host_why));
-}
 
 double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
@@ -165,10 +93,10 @@ void Trainer::save(int64_t step, Progress& p) {
   // Only the writing rank (0) copies the state off the device; under ZeRO-1 every rank sends it
   // its rows of the moments. Rank 0's verdict on the state (finite or not) reaches every rank.
   int32_t diverged = 0;
-  if (run_dir_.writes() || opt_->sharded() || ep_.enabled()) {
+  if (run_dir_.writes() || opt_->sharded() || plan_->experts().enabled()) {
     const NamedTensors tensors = persistent_tensors(*model_, *opt_);
     const CheckpointState st = capture_state(cfg_, step, *backend_, tensors,
-                                             persistent_bounds(*model_, *opt_), comm_);
+                                             persistent_bounds(*model_, *opt_), plan_.get());
     if (run_dir_.writes()) {
       if (const std::string bad = first_non_finite(st, tensors); !bad.empty()) {
         log_.error("training diverged by step {}: {}; no checkpoint of it written{}", step, bad,
@@ -180,7 +108,7 @@ void Trainer::save(int64_t step, Progress& p) {
       }
     }
   }
-  if (comm_->world() > 1) comm_->broadcast(&diverged, sizeof diverged, 0);
+  plan_->broadcast_from_lead(&diverged, sizeof diverged);  // every rank alike
   if (diverged) {
     p.diverged = true;
     return;
@@ -190,7 +118,7 @@ void Trainer::save(int64_t step, Progress& p) {
 
 int64_t Trainer::restore(const CheckpointState& st, const std::string& path) {
   const int64_t step = restore_state(st, path, cfg_, *backend_, persistent_tensors(*model_, *opt_),
-                                     persistent_bounds(*model_, *opt_), comm_->rank());
+                                     persistent_bounds(*model_, *opt_), plan_->rank());
   opt_->set_steps_taken(step);
   log_.info("resumed from {} at step {}", path, step);
   return step;
@@ -314,50 +242,31 @@ void Trainer::log_run_header() {
               cfg_.total_steps(), cfg_.tokens_per_step(), tc.batch_size, cfg_.model.seq_len,
               tc.grad_accum, cfg_.parallel.world(), cfg_.parallel.dp, cfg_.parallel.ep,
               comm_->name(), omp_get_max_threads());
-  if (ep_.enabled()) {
-    const int E = cfg_.model.moe.n_experts, L = E / ep_.ep;
+  const ExpertParallel& ep = plan_->experts();
+  if (ep.enabled()) {
+    const int E = cfg_.model.moe.n_experts, L = E / ep.ep;
     log_.info("expert parallelism: ep {} x dp {}; this rank (group {}, rank {}) holds experts "
               "[{}, {}) of {} per MoE layer; expert gradients folded over the world in rank order",
-              ep_.ep, ep_.dp, ep_.group, ep_.rank, ep_.rank * L, (ep_.rank + 1) * L, E);
+              ep.ep, ep.dp, ep.group, ep.rank, ep.rank * L, (ep.rank + 1) * L, E);
   }
   else
     log_.info("training {} steps of {} tokens ({} x {} x {} accum), {} threads",
               cfg_.total_steps(), cfg_.tokens_per_step(), tc.batch_size, cfg_.model.seq_len,
               tc.grad_accum, omp_get_max_threads());
-  if (comm_->world() > 1) {
-    if (overlap_)
-      log_.info("gradient sums overlap the backward: each block's{}, over the ranks in rank "
-                "order, on a worker thread while the blocks below it compute (parallel.overlap)",
-                ep_.enabled() ? " dense parameters' (the token exchanges run meanwhile)" : "");
-    else if (side_sums_)
-      log_.info("gradient sums overlap the backward: each block's, over the ranks in rank order, "
-                "by NCCL on a second CUDA stream while the blocks below it compute "
-                "(parallel.overlap)");
-    else
-      log_.info("gradient sums after the backward ({})",
-                !cfg_.parallel.overlap ? "parallel.overlap: false"
-                : !backend_->host_memory()
-                    ? (ep_.enabled() ? "no overlap under expert parallelism on a GPU: its "
-                                       "NCCL token exchanges beside the sums would be two "
-                                       "communicators' kernels at once, which may deadlock"
-                                     : "no overlap: the gradient sums go through host memory "
-                                       "(no NCCL on some rank)")
-                : ep_.enabled() ? "no overlap: MPI without MPI_THREAD_MULTIPLE on some rank"
-                                : "no overlap: MPI without MPI_THREAD_SERIALIZED on some rank");
-  }
+  if (plan_->world() > 1) log_.info("{}", plan_->overlap_line());
   if (opt_->sharded()) {
     const int64_t total = model_->table().total;
     log_.info("ZeRO-1: each rank updates and keeps the moments of its own rows (rank 0: {} of {} "
               "parameters, {:.1f}%){}; {} of {} parameters divided between ranks by rows{}, "
               "the rest whole",
               opt_->elements_here(), total, 100.0 * double(opt_->elements_here()) / double(total),
-              ep_.enabled() ? fmt::format(": the dense ones divided over the {} ranks, each "
-                                          "rank's experts over the {} that hold them",
-                                          comm_->world(), ep_.dp)
-                            : std::string(),
+              ep.enabled() ? fmt::format(": the dense ones divided over the {} ranks, each "
+                                         "rank's experts over the {} that hold them",
+                                         plan_->world(), ep.dp)
+                           : std::string(),
               opt_->split_params(), model_->table().specs.size(),
-              ep_.enabled() ? fmt::format(" ({} of them experts')", opt_->split_params(true))
-                            : std::string());
+              ep.enabled() ? fmt::format(" ({} of them experts')", opt_->split_params(true))
+                           : std::string());
   }
 }
 
@@ -369,7 +278,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   if (tc.grad_accum > 1) backend_->zero(grad_acc_);
   double loss_sum = 0;
   for (int micro = 0; micro < tc.grad_accum; ++micro) {
-    if (micro > 0 && stop_requested() && comm_->world() == 1) {
+    if (micro > 0 && stop_requested() && plan_->world() == 1) {
       r.interrupted = true;
       return r;
     }
@@ -381,7 +290,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     model_->zero_grad();
     // parallel.overlap: the last micro-batch's gradients are summed over the ranks block by
     // block as the backward finishes them (on_grads_ready).
-    const bool overlapped = (overlap_ || side_sums_) && micro == tc.grad_accum - 1;
+    const bool overlapped = plan_->overlaps() && micro == tc.grad_accum - 1;
     if (overlapped)
       model_->set_grad_ready([this](int64_t begin, int64_t end) { on_grads_ready(begin, end); });
     try {
@@ -393,25 +302,17 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     }
     if (overlapped) {
       model_->set_grad_ready({});
-      const ScopedRange wait_range(*backend_, "gradient sums (overlapped): wait");
-      if (overlap_) {
-        overlap_->wait();
-      } else {
-        side_sums_->join();
-        // NCCL waits without a timeout: wait here, under parallel.timeout_s (as reduce_gradients).
-        const Communicator::WaitGuard guard(*comm_, "the NCCL gradient sum");
-        backend_->synchronize();
-      }
+      plan_->wait_gradient_sums();
     } else if (tc.grad_accum > 1) {
       backend_->add_inplace(grad_acc_, model_->grads(), grad_acc_.numel());
     }
   }
-  if (!overlap_ && !side_sums_)
+  if (!plan_->overlaps())
     reduce_gradients();
-  else if (ep_.enabled())  // the dense ranges were summed during the backward
-    model_->reduce_expert_gradients();
+  else  // the ranges were summed during the backward; the experts' fold after it
+    plan_->fold_expert_gradients();
   for (const std::string& note : model_->take_notes()) log_.warn("step {}: {}", step + 1, note);
-  if (comm_->world() > 1) comm_->all_reduce_sum(&loss_sum, 1);  // in rank order, as the grads
+  plan_->sum_over_ranks(&loss_sum, 1);  // in rank order, as the grads
   loss_sum /= cfg_.parallel.world();
   r.loss = loss_sum / tc.grad_accum;
   r.grad_norm = opt_->grad_norm();
@@ -429,9 +330,9 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   }
   const ScopedRange range(*backend_, "optimizer step");
   opt_->step(r.lr, r.grad_norm);  // clips to optim.grad_clip by grad_norm
-  if (comm_->world() > 1)  // the sigmoid_bias router balances on the whole step's loads
-    for (std::vector<int64_t>* loads : model_->step_loads())
-      comm_->all_reduce_sum(loads->data(), int64_t(loads->size()));
+  // The sigmoid_bias router balances on the whole step's loads.
+  for (std::vector<int64_t>* loads : model_->step_loads())
+    plan_->sum_over_ranks(loads->data(), int64_t(loads->size()));
   model_->after_optimizer_step();
   return r;
 }
@@ -442,70 +343,7 @@ void Trainer::reduce_gradients() {
     backend_->zero(g);
     backend_->add_inplace(g, grad_acc_, g.numel());
   }
-  if (comm_->world() == 1) return;
-  if (ep_.enabled()) {
-    // Expert parallelism: the dense ranges summed over the world (ZeRO-1: each rank receives
-    // its rows of each range), then each local expert's gradient folded from every source's,
-    // in world rank order (MoeMlp).
-    const bool scatter = opt_->sharded();
-    const ScopedRange range(*backend_, scatter ? "gradient reduce-scatter + expert fold"
-                                               : "gradient all-reduce + expert fold");
-    ECO_ASSERT(g.dtype == DType::F32, "expert-parallel gradients in {}", dtype_name(g.dtype));
-    const auto sum = [&](float* base, auto& comm) {
-      for (size_t k = 0; k < dense_ranges_.size(); ++k) {
-        const auto [begin, end] = dense_ranges_[k];
-        if (scatter)
-          comm.reduce_scatter_sum(base + begin, dense_bounds_[k]);
-        else
-          comm.all_reduce_sum(base + begin, end - begin);
-      }
-    };
-    if (backend_->host_memory()) {
-      sum(g.as<float>(), *comm_);
-    } else if (device_comm_) {  // GPU to GPU (synchronised under the timeout, as below)
-      sum(g.as<float>(), *device_comm_);
-      const Communicator::WaitGuard guard(*comm_, "the NCCL gradient sum");
-      backend_->synchronize();
-    } else {  // through host memory (the expert slots ride along unchanged)
-      grads_host_.resize(size_t(g.numel()));
-      backend_->copy_to_host(grads_host_.data(), g);
-      sum(grads_host_.data(), *comm_);
-      backend_->copy_from_host(g, grads_host_.data());
-    }
-    model_->reduce_expert_gradients();
-    return;
-  }
-  // ZeRO-1: each rank receives the sum of its own range only (the optimizer's rows).
-  const bool scatter = opt_->sharded();
-  const ScopedRange range(*backend_, scatter ? "gradient reduce-scatter" : "gradient all-reduce");
-  ECO_ASSERT(g.dtype == DType::F32, "data-parallel gradients in {}", dtype_name(g.dtype));
-  const auto reduce = [&](float* x) {
-    if (scatter)
-      comm_->reduce_scatter_sum(x, grad_bounds_);
-    else
-      comm_->all_reduce_sum(x, g.numel());
-  };
-  if (backend_->host_memory()) {  // summed in place
-    reduce(g.as<float>());
-    return;
-  }
-  if (device_comm_) {  // GPU to GPU
-    if (scatter)
-      device_comm_->reduce_scatter_sum(g.as<float>(), grad_bounds_);
-    else
-      device_comm_->all_reduce_sum(g.as<float>(), g.numel());
-    // NCCL waits without a timeout: a rank that stopped would hang the others in the next
-    // synchronisation; wait for the sum here, under parallel.timeout_s.
-    const Communicator::WaitGuard guard(*comm_, "the NCCL gradient sum");
-    backend_->synchronize();
-    return;
-  }
-  // Without NCCL (or with ranks sharing a GPU) the GPU gradients go through host memory over
-  // MPI: correct and rank-order deterministic, but bound by PCIe and the network stack.
-  grads_host_.resize(size_t(g.numel()));
-  backend_->copy_to_host(grads_host_.data(), g);
-  reduce(grads_host_.data());
-  backend_->copy_from_host(g, grads_host_.data());
+  plan_->sum_gradients(g);
 }
 
 void Trainer::on_grads_ready(int64_t begin, int64_t end) {
@@ -516,38 +354,10 @@ void Trainer::on_grads_ready(int64_t begin, int64_t end) {
     backend_->zero(gr);
     backend_->add_inplace(gr, acc, end - begin);
   }
-  if (side_sums_) {
-    side_sums_->post(g.as<float>(), begin, end);
-    return;
-  }
-  if (!ep_.enabled()) {
-    overlap_->post([this, begin, end] { reduce_grad_range(begin, end); });
-    return;
-  }
-  // Expert parallelism: the range's dense parts only (the experts' are folded after the
-  // backward, over their expert-data-parallel group: reduce_expert_gradients).
-  for (const auto& [dense_begin, dense_end] : dense_ranges_) {
-    const int64_t a = std::max(begin, dense_begin), b = std::min(end, dense_end);
-    if (a < b) overlap_->post([this, a, b] { reduce_grad_range(a, b); });
-  }
+  plan_->post_gradient_range(g, begin, end);
 }
 
-void Trainer::reduce_grad_range(int64_t begin, int64_t end) {
-  float* x = model_->grads().as<float>() + begin;
-  if (!opt_->sharded()) {
-    comm_->all_reduce_sum(x, end - begin);
-    return;
-  }
-  // ZeRO-1: the ranks' ranges cut to [begin, end), relative to begin.
-  comm_->reduce_scatter_sum(x, clamp_bounds(grad_bounds_, begin, end));
-}
-
-bool Trainer::stop_agreed(const StopSignals& stop) {
-  if (comm_->world() == 1) return stop.requested();
-  double any = stop.requested() ? 1.0 : 0.0;
-  comm_->all_reduce_max(&any, 1);
-  return any > 0;
-}
+bool Trainer::stop_agreed(const StopSignals& stop) { return plan_->any_rank(stop.requested()); }
 
 void Trainer::after_step(int64_t done, const StepResult& r, double ms, double eta_s,
                          Progress& p) {
@@ -629,34 +439,17 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
   if (floor) summary["entropy_floor"] = *floor;
   if (std::isfinite(p.initial_val_loss)) summary["initial_val_loss"] = p.initial_val_loss;
   if (!p.moe.is_null()) summary["moe"] = p.moe;
-  if (comm_->world() > 1) {  // rank 0's traffic (every rank sends the same amounts)
-    CommBytes b = comm_->bytes_sent();  // host and device collectives together
-    for (const auto* dc : {&device_comm_, &ep_device_comm_, &edp_device_comm_}) {
-      if (!*dc) continue;  // (the expert groups' NCCL communicators: expert parallelism)
-      const CommBytes& d = (*dc)->bytes_sent();
-      b.all_reduce += d.all_reduce;
-      b.reduce_scatter += d.reduce_scatter;
-      b.all_gather += d.all_gather;
-      b.gather += d.gather;
-      b.broadcast += d.broadcast;
-      b.all_to_all += d.all_to_all;
-    }
-    for (const Communicator* c : {ep_comm_.get(), edp_comm_.get()}) {  // expert parallelism
-      if (!c) continue;
-      const CommBytes& d = c->bytes_sent();
-      b.all_reduce += d.all_reduce;
-      b.all_gather += d.all_gather;
-      b.all_to_all += d.all_to_all;
-    }
+  if (plan_->world() > 1) {  // rank 0's traffic (every rank sends the same amounts)
+    const CommBytes b = plan_->bytes_sent();
     const int64_t steps = std::max<int64_t>(p.step - p.start, 1);
     summary["parallel"] = {
-        {"communicator", device_comm_ ? comm_->name() + "+" + device_comm_->name() : comm_->name()},
-        {"world", comm_->world()},
+        {"communicator", plan_->communicator_name()},
+        {"world", plan_->world()},
         {"dp", cfg_.parallel.dp},
         {"ep", cfg_.parallel.ep},
         {"zero", cfg_.parallel.zero},
         // How the gradient sums ran: during the backward (parallel.overlap) or after it.
-        {"overlap", overlap_ ? "worker thread" : side_sums_ ? "side stream" : "off"},
+        {"overlap", plan_->overlap_name()},
         {"bytes_sent", {{"all_reduce", b.all_reduce}, {"reduce_scatter", b.reduce_scatter},
                         {"all_gather", b.all_gather}, {"gather", b.gather},
                         {"broadcast", b.broadcast}, {"all_to_all", b.all_to_all},
@@ -674,7 +467,7 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
       for (const Optimizer::GatherBytes& gb : opt_->gather_bytes()) {
         if (gb.world == 1) continue;
         int64_t sent[2] = {gb.quantized, gb.values};
-        comm_->all_reduce_sum(sent, 2);
+        plan_->sum_over_ranks(sent, 2);
         const double per_step =
             double(gb.world - 1) * double(std::max<int64_t>(opt_->weight_gathers(), 1));
         q_step += double(sent[0]) / per_step;

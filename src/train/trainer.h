@@ -13,8 +13,8 @@
 
 #include "core/config.h"
 #include "data/loader.h"
-#include "dist/comm_worker.h"
 #include "dist/communicator.h"
+#include "dist/parallel_plan.h"
 #include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -28,7 +28,6 @@
 
 namespace eco {
 
-class SideStreamSums;
 class StepProfile;
 class StopSignals;
 
@@ -48,7 +47,8 @@ struct RunOptions {
 class Trainer {
  public:
   // ctx: which process of the run this is (rank 0 of 1 for a single process); comm: the
-  // processes' collectives (null: one process). comm's world must be cfg.parallel.world().
+  // processes' collectives (null: one process), which the run's parallel plan
+  // (dist/parallel_plan.h) issues. comm's world must be cfg.parallel.world().
   explicit Trainer(const Config& cfg, RunContext ctx = {}, Communicator* comm = nullptr);
   ~Trainer();
   // Train to the configured number of steps. Returns the process exit code: 0, 1 when training
@@ -101,18 +101,13 @@ class Trainer {
   StepResult train_step(int64_t step);
   // The gradient of the step's micro-batches and ranks in grads(), summed in one fixed order:
   // ((0 + g_0) + g_1) + ..., micro-batches in order on each rank, then the ranks' sums in rank
-  // order. One micro-batch a rank on N ranks gives one rank's N micro-batches bit for bit.
+  // order (ParallelPlan::sum_gradients). One micro-batch a rank on N ranks gives one rank's N
+  // micro-batches bit for bit.
   void reduce_gradients();
   // parallel.overlap, the step's last micro-batch: [begin, end) of grads() is final on this rank
   // (Transformer::set_grad_ready): folds in the earlier micro-batches' sum as reduce_gradients()
-  // does and posts the range's sum over the ranks to overlap_ (host memory) or side_sums_ (GPU).
+  // does and posts the range's sum over the ranks (ParallelPlan::post_gradient_range).
   void on_grads_ready(int64_t begin, int64_t end);
-  // The sum over the ranks of [begin, end) of grads() (host memory; the ZeRO-1 reduce-scatter's
-  // part of it under zero 1): element by element what reduce_gradients() computes.
-  void reduce_grad_range(int64_t begin, int64_t end);
-  // device: cuda with several ranks: NCCL when every rank can use it (device_comm_; under
-  // expert parallelism ep_device_comm_ and edp_device_comm_ for the model too), logged.
-  void start_device_communicator();
   // A stop signal seen by any rank (every rank must leave the loop at the same step).
   bool stop_agreed(const StopSignals& stop);
   // What falls due after `done` steps: progress line, eval, sample, checkpoint.
@@ -130,35 +125,20 @@ class Trainer {
   RunContext ctx_;
   std::unique_ptr<Communicator> own_comm_;  // when the caller gave none
   Communicator* comm_ = nullptr;
-  // Expert parallelism (parallel.ep > 1): the expert-parallel and expert-data-parallel groups
-  // (split from comm_, destroyed before it), and this rank's place (model/expert_parallel.h).
-  std::unique_ptr<Communicator> ep_comm_, edp_comm_;
-  ExpertParallel ep_;
-  // The flat gradient's ranges [begin, end) of everything but the routed experts: the world's
-  // sum under expert parallelism.
-  std::vector<std::pair<int64_t, int64_t>> dense_ranges_;
-  std::vector<std::vector<int64_t>> dense_bounds_;        // ZeRO-1: grad_bounds_ cut to each
   RunLog log_;
   RunDir run_dir_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Optimizer> opt_;
-  // device: cuda with several ranks, when NCCL can serve them (destroyed before the backend);
-  // under expert parallelism also its two groups' (the expert-data-parallel one at dp > 1).
-  std::unique_ptr<DeviceCommunicator> device_comm_, ep_device_comm_, edp_device_comm_;
+  // The groups, transports and collectives of the run (made before the model, whose MoE layers
+  // exchange through it; destroyed before the model and the backend: its worker thread writes
+  // the gradients, its device communicators live on the backend's GPU).
+  std::unique_ptr<ParallelPlan> plan_;
   std::optional<DataLoader> train_data_, val_data_;
   std::optional<TextSampler> sampler_;
   LossSpikeDetector spikes_;
   std::vector<int32_t> inputs_, targets_;  // one micro-batch, (B, T) each
   Tensor grad_acc_;  // the micro-batches' gradient sum (grad_accum > 1; grads()' shape)
-  std::vector<float> grads_host_;  // device: cuda with several ranks: the sum goes through it
-  std::vector<int64_t> grad_bounds_;  // ZeRO-1: the ranks' ranges of the flat gradient
-  // parallel.overlap: the worker that sums gradients during the backward; null when the sum runs
-  // after it (one rank, expert parallelism, MPI without MPI_THREAD_SERIALIZED) or on the GPU's
-  // side stream. Last: stopped before the buffers its jobs write.
-  std::unique_ptr<CommWorker> overlap_;
-  // parallel.overlap on a GPU with NCCL: the sums on the backend's side stream (null otherwise).
-  std::unique_ptr<SideStreamSums> side_sums_;
 };
 
 }  // namespace eco

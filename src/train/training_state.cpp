@@ -48,13 +48,13 @@ TensorBounds persistent_bounds(Transformer& model, const Optimizer& opt) {
 
 CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
                               const NamedTensors& tensors, const TensorBounds& bounds,
-                              Communicator* comm) {
+                              ParallelPlan* plan) {
   CheckpointState st;
   st.step = step;
   st.tokens = step * cfg.tokens_per_step();
   st.fingerprint = model_fingerprint(cfg);
   st.config_yaml = to_yaml(cfg);
-  const bool writer = !comm || comm->rank() == 0;
+  const bool writer = !plan || plan->rank() == 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];
     const std::vector<int64_t>* b = i < bounds.size() && !bounds[i].empty() ? &bounds[i] : nullptr;
@@ -64,8 +64,8 @@ CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
       st.sections.emplace_back(name, std::move(blob));
       continue;
     }
-    ECO_ASSERT(comm, "a sharded checkpoint section '{}' without a communicator", name);
-    const int r = comm->rank();
+    ECO_ASSERT(plan, "a sharded checkpoint section '{}' without a parallel plan", name);
+    const int r = plan->rank();
     const int64_t begin = (*b)[size_t(r)], end = (*b)[size_t(r) + 1];
     // An empty range with bytes: a copy of what another rank sends (expert parallelism's
     // owners outside the first group).
@@ -74,7 +74,7 @@ CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
                end - begin);
     std::vector<char> blob(size_t(b->back()));
     if (end > begin) backend.copy_to_host(blob.data() + begin, t);
-    comm->gather(blob.data(), *b, 0);
+    plan->gather_to_lead(blob.data(), *b);
     if (r != 0) blob.clear();  // only rank 0 writes
     st.sections.emplace_back(name, std::move(blob));
   }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "dist/communicator.h"
+#include "dist/parallel_plan.h"
 #include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -28,12 +28,12 @@ using TensorBounds = std::vector<std::vector<int64_t>>;
 TensorBounds persistent_bounds(Transformer& model, const Optimizer& opt);
 
 // The state after `step` optimizer steps, copied to the host. Sharded entries (bounds non-empty;
-// `comm` then required) are gathered to rank 0, whose state holds every tensor whole; the state
+// `plan` then required) are gathered to rank 0, whose state holds every tensor whole; the state
 // other ranks return is incomplete (their whole tensors are not even copied) and must not be
 // written. Every rank calls it when any entry is sharded.
 CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
                               const NamedTensors& tensors, const TensorBounds& bounds = {},
-                              Communicator* comm = nullptr);
+                              ParallelPlan* plan = nullptr);
 
 // The first float value (F32, F64, BF16 tensors) that is NaN or infinite in `st`, as
 // "'h.0.attn.qkv.weight.m' holds nan"; "" when every value is finite. A checkpoint is written

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/config.h"
+#include "dist/communicator.h"  // local_ranks
 #include "train/memory_check.h"
 
 namespace {

@@ -1,9 +1,9 @@
 // Expert parallelism on the emulated CUDA backend over the emulated NCCL (shim/nccl.h: the ranks
 // are host threads, one running at a time): a sparse MoE at dp 2 x ep 2 (4 ranks) runs one
-// micro-batch per rank and folds its expert gradients (Transformer::reduce_expert_gradients)
-// twice on the same model: through host memory (MoeMlp's host-staged exchange over the host
+// micro-batch per rank and folds its expert gradients (ExpertCollectives::fold_expert_gradients)
+// twice on the same model: through host memory (the host-staged exchange over the host
 // communicators, the accumulators all-gathered and folded on the host), then GPU to GPU (the
-// groups' NCCL communicators set with Transformer::set_expert_device_communicators: the rows by
+// groups' NCCL communicators set with ExpertCollectives::use_device_communicators: the rows by
 // all_to_all_v, the accumulators broadcast and folded on the device). Every rank's loss and every
 // gradient are the same bits both ways, and each way moved its data where it should (the host
 // communicators' exchanges against NCCL's sends and broadcasts).
@@ -27,6 +27,7 @@
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "dist/device_communicator.h"
+#include "dist/expert_collectives.h"
 #include "base/backend.h"
 #include "model/expert_parallel.h"
 #include "model/transformer.h"
@@ -58,7 +59,7 @@ Config smoe() {
 
 // Every rank of dp x ep: forward + backward of its own micro-batch (batch index = world rank),
 // then the expert fold, twice on the same model: host-staged ([0]), then with the groups' NCCL
-// communicators set on the model ([1]).
+// communicators set on the exchange ([1]).
 std::vector<std::array<RankResult, 2>> run_world(int dp, int ep) {
   const Config c = smoe();
   const int world = dp * ep, B = c.train.batch_size, T = c.model.seq_len;
@@ -67,11 +68,10 @@ std::vector<std::array<RankResult, 2>> run_world(int dp, int ep) {
   run_rank_threads(world, "expert parallelism", [&](int r) {
     ThreadGroup ep_comm(r % ep, ep, ep_boards[size_t(r / ep)]);
     ThreadGroup edp_comm(r / ep, dp, edp_boards[size_t(r % ep)]);
-    ExpertParallel P = expert_placement(dp, ep, r);
-    P.ep_comm = &ep_comm;
-    P.edp_comm = &edp_comm;
+    const ExpertParallel P = expert_placement(dp, ep, r);
     std::unique_ptr<Backend> be = make_cuda_backend();
-    Transformer model(c.model, *be, B, c.precision.treatment, c.precision.quantize, P);
+    ExpertCollectives exchange(*be, P, &ep_comm, &edp_comm);
+    Transformer model(c.model, *be, B, c.precision.treatment, c.precision.quantize, P, &exchange);
     model.init_weights(c.train.seed);
     const DataLoader data =
         DataLoader::synthetic(0, LoaderOptions{B, T, c.model.vocab_size, c.train.seed, false});
@@ -81,7 +81,7 @@ std::vector<std::array<RankResult, 2>> run_world(int dp, int ep) {
       const long exchanges = ep_comm.all_to_alls, gathers = edp_comm.all_gathers;
       model.zero_grad();
       o.loss = model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
-      model.reduce_expert_gradients();
+      exchange.fold_expert_gradients();
       o.grads.resize(size_t(model.grads().numel()));
       be->copy_to_host(o.grads.data(), model.grads());
       o.host_exchanges = ep_comm.all_to_alls - exchanges;
@@ -93,9 +93,9 @@ std::vector<std::array<RankResult, 2>> run_world(int dp, int ep) {
     std::unique_ptr<DeviceCommunicator> ep_dev = make_nccl_communicator(ep_comm, *be);
     std::unique_ptr<DeviceCommunicator> edp_dev;
     if (dp > 1) edp_dev = make_nccl_communicator(edp_comm, *be);
-    model.set_expert_device_communicators(ep_dev.get(), edp_dev.get());
+    exchange.use_device_communicators(ep_dev.get(), edp_dev.get());
     step(out[size_t(r)][1]);
-    model.set_expert_device_communicators(nullptr, nullptr);
+    exchange.use_device_communicators(nullptr, nullptr);
     ep_dev.reset();
     edp_dev.reset();
   });

@@ -1,4 +1,4 @@
-// parallel.overlap on a GPU (train/side_stream_sums.h): each range of the flat gradient that the
+// parallel.overlap on a GPU (dist/side_stream_sums.h): each range of the flat gradient that the
 // backward finishes is summed over the ranks by NCCL on the CUDA backend's side stream, ordered
 // against the compute stream only by events (Backend::side_fork / side_join). Two ranks (the
 // emulated NCCL's rank threads) run a tiny Llama's forward + backward on the emulated CUDA
@@ -27,11 +27,11 @@
 #include "core/config.h"
 #include "data/loader.h"
 #include "dist/device_communicator.h"
+#include "dist/side_stream_sums.h"
 #include "base/backend.h"
 #include "model/transformer.h"
 #include "optim/zero_shards.h"
 #include "thread_group.h"
-#include "train/side_stream_sums.h"
 
 namespace eco {
 namespace {

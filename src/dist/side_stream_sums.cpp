@@ -1,9 +1,9 @@
-#include "train/side_stream_sums.h"
+// parallel.overlap's sums on a GPU's side stream (see side_stream_sums.h).
+#include "dist/side_stream_sums.h"
 
 #include <utility>
 
 #include "base/error.h"
-#include "optim/zero_shards.h"
 
 namespace eco {
 
