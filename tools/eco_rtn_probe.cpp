@@ -42,7 +42,7 @@ int main() {
           const float w = dequantize_value(QFormat::E4M3, codes[i], scales[i / cols]);
           grad[i] = (w - target[i]) + float(0.01 * rng.normal());
         }
-        AdamWCoeffs c{float(lr), 0.9f, 0.98f, 1e-9f, 0.0f, 1.0f, float(1 - pow(0.9, t)), float(1 - pow(0.98, t))};
+        RuleStep c{RuleKind::AdamW, float(lr), 0.9f, 0.98f, 1e-9f, 0.0f, 1.0f, float(1 - pow(0.9, t)), float(1 - pow(0.98, t))};
         StickyScale q{{QFormat::E4M3, rnd, 7, uint64_t(t), 0}};
         QuantizedUpdateBuffers<float, float> b{codes.data(), master.data(), grad.data(), m.data(), v.data()};
         for (int r = 0; r < rows; ++r) {

@@ -175,11 +175,11 @@ void print(const Result& r, double copy_gbps) {
 struct Stepper {
   int64_t t = 0;
   bool late = false;
-  AdamWCoeffs adamw() {
+  RuleStep adamw() {
     ++t;
     const double tb = late ? 1e6 : double(std::min<int64_t>(t, 100));
-    return AdamWCoeffs{1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 1.0f, float(1.0 - std::pow(0.9, tb)),
-                       float(1.0 - std::pow(0.98, tb))};
+    return RuleStep{RuleKind::AdamW, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.1f, 1.0f,
+                    float(1.0 - std::pow(0.9, tb)), float(1.0 - std::pow(0.98, tb))};
   }
   FormatQuantizer quantizer(QFormat f, Rounding r) {
     return FormatQuantizer{f, r, 42, uint64_t(t), 1};
@@ -192,18 +192,18 @@ enum class State { F32, BF16 };
 void adamw_row_update(Stepper& st, WeightSet& s, UpdatePolicy policy, Rounding r, State state,
                       GroupKernel kernel = GroupKernel::Auto,
                       Granularity g = Granularity::PerRow) {
-  const AdamWCoeffs c = st.adamw();
+  const RuleStep c = st.adamw();
   const FormatQuantizer q = st.quantizer(QFormat::E4M3, r);
   if (state == State::F32) {
     const QuantizedUpdateBuffers<float> b{s.codes.get<uint8_t>(), nullptr, s.grad.get<float>(),
                                           s.m.get<float>(), s.v.get<float>()};
-    ECO_CHECK_CUDA(quantized_adamw_update(c, q, policy, b, s.scales.get<float>(), s.rows, s.cols,
-                                          g, nullptr, nullptr, kernel));
+    ECO_CHECK_CUDA(quantized_update(c, q, policy, b, s.scales.get<float>(), s.rows, s.cols, g,
+                                    nullptr, nullptr, kernel));
   } else {
     const QuantizedUpdateBuffers<uint16_t> b{s.codes.get<uint8_t>(), nullptr, s.grad.get<float>(),
                                              s.m16.get<uint16_t>(), s.v16.get<uint16_t>()};
-    ECO_CHECK_CUDA(quantized_adamw_update(c, q, policy, b, s.scales.get<float>(), s.rows, s.cols,
-                                          g, nullptr, nullptr, kernel));
+    ECO_CHECK_CUDA(quantized_update(c, q, policy, b, s.scales.get<float>(), s.rows, s.cols, g,
+                                    nullptr, nullptr, kernel));
   }
 }
 
@@ -238,7 +238,7 @@ std::vector<Result> shape_rows(const char* what, int64_t rows, int64_t cols, boo
   });
   add("fp32 master AdamW (plain)", 28, 0, [&](int i) {
     WeightSet& s = sets[size_t(i)];
-    ECO_CHECK_CUDA(fp32_adamw_update(s.w.get<float>(), s.grad.get<float>(), s.m.get<float>(),
+    ECO_CHECK_CUDA(fp32_plain_update(s.w.get<float>(), s.grad.get<float>(), s.m.get<float>(),
                                      s.v.get<float>(), rows * cols, st.adamw()));
   });
   if (!extras) return out;
@@ -250,20 +250,20 @@ std::vector<Result> shape_rows(const char* what, int64_t rows, int64_t cols, boo
     ++st.t;
     const QuantizedUpdateBuffers<float> b{s.codes.get<uint8_t>(), nullptr, s.grad.get<float>(),
                                           s.m.get<float>(), nullptr};
-    ECO_CHECK_CUDA(quantized_sgdm_update({1e-2f, 0.9f, 0.1f, 1.0f},
-                                         st.quantizer(QFormat::E4M3, Rounding::SR),
-                                         UpdatePolicy::Eco, b, s.scales.get<float>(), rows, cols,
-                                         Granularity::PerRow, nullptr));
+    ECO_CHECK_CUDA(quantized_update(sgdm_step(1e-2f, 0.9f, 0.1f, 1.0f),
+                                    st.quantizer(QFormat::E4M3, Rounding::SR), UpdatePolicy::Eco,
+                                    b, s.scales.get<float>(), rows, cols, Granularity::PerRow,
+                                    nullptr));
   });
   for (WeightSet& s : sets) s.requantize(QFormat::INT4);  // same packing as per tensor
   add("int4-eco-sr AdamW per tensor", 21, 0, [&](int i) {
     WeightSet& s = sets[size_t(i)];
-    const AdamWCoeffs c = st.adamw();
+    const RuleStep c = st.adamw();
     const QuantizedUpdateBuffers<float> b{s.codes.get<uint8_t>(), nullptr, s.grad.get<float>(),
                                           s.m.get<float>(), s.v.get<float>()};
-    ECO_CHECK_CUDA(quantized_adamw_update(c, st.quantizer(QFormat::INT4, Rounding::SR),
-                                          UpdatePolicy::Eco, b, s.scales.get<float>(), rows, cols,
-                                          Granularity::PerTensor, s.scratch.get<float>()));
+    ECO_CHECK_CUDA(quantized_update(c, st.quantizer(QFormat::INT4, Rounding::SR),
+                                    UpdatePolicy::Eco, b, s.scales.get<float>(), rows, cols,
+                                    Granularity::PerTensor, s.scratch.get<float>()));
   });
   return out;
 }

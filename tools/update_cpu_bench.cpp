@@ -63,10 +63,10 @@ Args parse(int argc, char** argv) {
 
 // AdamW at step t, with the bias corrections of step t (early: below 1) or of a late step (1, as
 // from step ~860 of a run at these betas: AdamWRule::unbiased()).
-eco::AdamWCoeffs coeffs(int64_t t, bool late = false) {
+eco::RuleStep coeffs(int64_t t, bool late = false) {
   const double b1 = 0.9, b2 = 0.98, tb = late ? 1e6 : double(t);
-  return {1e-3f, float(b1), float(b2), 1e-9f, 0.1f, 1.0f, float(1.0 - std::pow(b1, tb)),
-          float(1.0 - std::pow(b2, tb))};
+  return {eco::RuleKind::AdamW, 1e-3f, float(b1), float(b2), 1e-9f, 0.1f, 1.0f,
+          float(1.0 - std::pow(b1, tb)), float(1.0 - std::pow(b2, tb))};
 }
 
 // Seconds of each call of f(t), t = 1, 2, ...
@@ -129,8 +129,8 @@ int main(int argc, char** argv) {
       const eco::FormatQuantizer q{eco::QFormat::E4M3, rounding, 1234, uint64_t(t), 7};
       const eco::QuantizedUpdateBuffers<float, float> b{st.codes.data(), nullptr, grad.data(),
                                                         st.m.data(), st.v.data()};
-      eco::eco_adamw_update_matrix(q, eco::UpdatePolicy::Eco, coeffs(t, late), b, st.scales.data(),
-                                   a.rows, a.cols, eco::Granularity::PerRow);
+      eco::quantized_update_matrix(eco::AdamWRule<>{coeffs(t, late)}, q, eco::UpdatePolicy::Eco, b,
+                                   st.scales.data(), a.rows, a.cols, eco::Granularity::PerRow);
     };
   };
   constexpr int kRuns = 4;

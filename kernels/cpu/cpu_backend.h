@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "base/error.h"
@@ -312,89 +313,41 @@ class CpuBackend : public Backend {
     cpu::sum_squares_segments(out, p(x), segs.data(), int64_t(segs.size()));
   }
 
-  void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                    int64_t n, const AdamWCoeffs& c) override {
-    ECO_CPU_OP("adamw_update");
-    const AdamWRule<T> rule(c);
-    T* w = p(param);
-    const T* g = p(grad);
-    T* mm = p(m);
-    T* vv = p(v);
+  // Each tensor's elements in parallel (the plain step is element-wise: any order, the same
+  // bits), in the backend's precision T.
+  void plain_update(const std::vector<PlainUpdate>& ts, const RuleStep& step) override {
+    ECO_CPU_OP("plain_update");
+    for (const PlainUpdate& t : ts)
+      with_rule<T>(with_weight_decay(step, t.weight_decay), [&](const auto& rule) {
+        using Rule = std::decay_t<decltype(rule)>;
+        // The direction stage: Elementwise rules read m as it is (optimizer_rules.h's Direction
+        // says what a matrix direction runs here first).
+        static_assert(Rule::kDirection == Direction::Elementwise);
+        T* w = p(t.param);
+        const T* g = p(t.grad);
+        T* m = p(t.m);
+        T* v = Rule::kHasV ? p(t.v) : nullptr;
+        ECO_ASSERT(!Rule::kHasV || v, "plain update of {} elements without v", t.n);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) w[i] = rule.step(w[i], g[i], mm[i], vv[i]);
+        for (int64_t i = 0; i < t.n; ++i) {
+          T no_v = 0;
+          w[i] = rule.step(w[i], g[i], m[i], Rule::kHasV ? v[i] : no_v);
+        }
+      });
   }
 
-  void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
-                   const SgdmCoeffs& c) override {
-    ECO_CPU_OP("sgdm_update");
-    const SgdmRule<T> rule(c);
-    T* w = p(param);
-    const T* g = p(grad);
-    T* mm = p(m);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) w[i] = rule.step(w[i], g[i], mm[i]);
-  }
-
-  void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                              const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
-                              const QuantizedStep& qs, const RowRange& rows) override {
-    ECO_CPU_OP("quantized_adamw_update");
-    with_buffers(q, master, grad, m, v, [&](const auto& b) {
-      quantized_update_matrix(AdamWRule<>{c}, quantizer(q, qs), qs.policy, b,
-                              q.scales.as<float>(), q.rows, q.cols, q.granularity, rows);
-    });
-  }
-  void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                             const Tensor& m, const SgdmCoeffs& c, const QuantizedStep& qs,
-                             const RowRange& rows) override {
-    ECO_CPU_OP("quantized_sgdm_update");
-    with_buffers(q, master, grad, m, Tensor{}, [&](const auto& b) {
-      quantized_update_matrix(SgdmRule<>{c}, quantizer(q, qs), qs.policy, b,
-                              q.scales.as<float>(), q.rows, q.cols, q.granularity, rows);
-    });
-  }
-  TensorScaleSplit quantized_adamw_tensor_absmax(QTensor& q, const Tensor& master,
-                                                 const Tensor& grad, const Tensor& m,
-                                                 const Tensor& v, const AdamWCoeffs& c,
-                                                 const QuantizedStep& qs,
-                                                 const RowRange& rows) override {
-    ECO_CPU_OP("quantized_adamw_update");
-    TensorScaleSplit split{};
-    with_buffers(q, master, grad, m, v, [&](const auto& b) {
-      split = quantized_update_tensor_absmax(AdamWRule<>{c}, quantizer(q, qs), qs.policy, b,
-                                             q.scales.as<float>(), q.rows, q.cols, rows);
-    });
-    return split;
-  }
-  void quantized_adamw_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
-                                     const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
-                                     const QuantizedStep& qs, const TensorScaleSplit& split,
-                                     const RowRange& rows) override {
-    ECO_CPU_OP("quantized_adamw_update");
-    with_buffers(q, master, grad, m, v, [&](const auto& b) {
-      quantized_update_tensor_finish(AdamWRule<>{c}, quantizer(q, qs), qs.policy, b,
-                                     q.scales.as<float>(), q.rows, q.cols, split, rows);
-    });
-  }
-  TensorScaleSplit quantized_sgdm_tensor_absmax(QTensor& q, const Tensor& master,
-                                                const Tensor& grad, const Tensor& m,
-                                                const SgdmCoeffs& c, const QuantizedStep& qs,
-                                                const RowRange& rows) override {
-    ECO_CPU_OP("quantized_sgdm_update");
-    TensorScaleSplit split{};
-    with_buffers(q, master, grad, m, Tensor{}, [&](const auto& b) {
-      split = quantized_update_tensor_absmax(SgdmRule<>{c}, quantizer(q, qs), qs.policy, b,
-                                             q.scales.as<float>(), q.rows, q.cols, rows);
-    });
-    return split;
-  }
-  void quantized_sgdm_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
-                                    const Tensor& m, const SgdmCoeffs& c, const QuantizedStep& qs,
-                                    const TensorScaleSplit& split, const RowRange& rows) override {
-    ECO_CPU_OP("quantized_sgdm_update");
-    with_buffers(q, master, grad, m, Tensor{}, [&](const auto& b) {
-      quantized_update_tensor_finish(SgdmRule<>{c}, quantizer(q, qs), qs.policy, b,
-                                     q.scales.as<float>(), q.rows, q.cols, split, rows);
+  void quantized_update(QTensor& q, const Tensor& master, const Tensor& grad, const Tensor& m,
+                        const Tensor& v, const RuleStep& step, const QuantizedStep& qs,
+                        const RowRange& rows) override {
+    ECO_CPU_OP("quantized_update");
+    with_rule(step, [&](const auto& rule) {
+      using Rule = std::decay_t<decltype(rule)>;
+      static_assert(Rule::kDirection == Direction::Elementwise);  // as in plain_update
+      const Tensor rule_v = Rule::kHasV ? v : Tensor{};
+      with_buffers(q, master, grad, m, rule_v, [&](const auto& b) {
+        quantized_update_matrix(rule, quantizer(q, qs), qs.policy, b, q.scales.as<float>(),
+                                q.rows, q.cols, q.granularity, rows);
+      });
     });
   }
 

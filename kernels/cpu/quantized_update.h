@@ -141,18 +141,4 @@ void quantized_update_matrix(const Rule& rule, const Q& q, UpdatePolicy policy,
                            scales + k, key);
 }
 
-template <class Q, class S, class G>
-void eco_adamw_update_matrix(const Q& q, UpdatePolicy policy, const AdamWCoeffs& c,
-                             const QuantizedUpdateBuffers<S, G>& b, float* scales, int64_t rows,
-                             int64_t cols, Granularity granularity, const RowRange& range = {}) {
-  quantized_update_matrix(AdamWRule<>{c}, q, policy, b, scales, rows, cols, granularity, range);
-}
-
-template <class Q, class S, class G>
-void eco_sgdm_update_matrix(const Q& q, UpdatePolicy policy, const SgdmCoeffs& c,
-                            const QuantizedUpdateBuffers<S, G>& b, float* scales, int64_t rows,
-                            int64_t cols, Granularity granularity, const RowRange& range = {}) {
-  quantized_update_matrix(SgdmRule<>{c}, q, policy, b, scales, rows, cols, granularity, range);
-}
-
 }  // namespace eco

@@ -23,6 +23,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "base/error.h"
@@ -59,7 +60,7 @@ namespace eco {
 namespace {
 
 // Opens the operation's profiler scope (an NVTX range; CUDA-event timing when profiling is on).
-#define ECO_OP(name) const cuda::OpProfiler::Scope eco_op_scope_(prof_, name, s())
+#define ECO_OP(name) const cuda::OpProfiler::Scope eco_op_scope_(prof_, name, compute_stream())
 
 using bf16 = __nv_bfloat16;
 using cuda::DeviceBuffer;
@@ -144,8 +145,9 @@ class CudaBackend final : public Backend {
             cuda::attention_mma_supported(1, shapes.seq_len, shapes.attention_width(),
                                           shapes.n_head, {})))
       attention_scores(r.attention_scores);
-    if (r.weight_bf16) weight_bf16_.get<bf16>(r.weight_bf16 / sizeof(bf16), s(), ledger_);
-    if (r.fp8_activations) fp8_act_.get<uint8_t>(r.fp8_activations, s(), ledger_);
+    if (r.weight_bf16)
+      weight_bf16_.get<bf16>(r.weight_bf16 / sizeof(bf16), compute_stream(), ledger_);
+    if (r.fp8_activations) fp8_act_.get<uint8_t>(r.fp8_activations, compute_stream(), ledger_);
     if (shapes.fp8_activations && gemm_.compute_capability() < 89)
       spdlog::warn(
           "FP8 GEMMs need compute capability 8.9+ (this GPU is sm_{}): the FP8 treatment's "
@@ -162,20 +164,20 @@ class CudaBackend final : public Backend {
   std::vector<int64_t> attention_state_shape(int B, int NH, int Tn) const override {
     return cuda_ws::attention_state_shape(B, NH, Tn);
   }
-  void synchronize() override { ECO_CHECK_CUDA(cudaStreamSynchronize(s())); }
+  void synchronize() override { ECO_CHECK_CUDA(cudaStreamSynchronize(compute_stream())); }
   // The stream every operation runs on (make_nccl_communicator enqueues its collectives there).
-  cudaStream_t stream() const { return s(); }
+  cudaStream_t compute_stream() const { return stream_.get(); }
   // The side stream (parallel.overlap's NCCL gradient sums), ordered against the compute stream
   // by an event each way; an event is reused: a wait takes its latest record.
   cudaStream_t side_stream() const { return side_.get(); }
   bool has_side_stream() const override { return true; }
   void side_fork() override {
-    ECO_CHECK_CUDA(cudaEventRecord(fork_.get(), s()));
+    ECO_CHECK_CUDA(cudaEventRecord(fork_.get(), compute_stream()));
     ECO_CHECK_CUDA(cudaStreamWaitEvent(side_.get(), fork_.get(), 0));
   }
   void side_join() override {
     ECO_CHECK_CUDA(cudaEventRecord(join_.get(), side_.get()));
-    ECO_CHECK_CUDA(cudaStreamWaitEvent(s(), join_.get(), 0));
+    ECO_CHECK_CUDA(cudaStreamWaitEvent(compute_stream(), join_.get(), 0));
   }
 
   // ---- profiling ------------------------------------------------------------------------------
@@ -201,22 +203,24 @@ class CudaBackend final : public Backend {
   }
   void zero(const Tensor& t) override {
     ECO_OP("zero");
-    ECO_CHECK_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), s()));
+    ECO_CHECK_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), compute_stream()));
   }
   void copy_from_host(const Tensor& dst, const void* src) override {
     ECO_OP("copy_from_host");
-    ECO_CHECK_CUDA(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, s()));
+    ECO_CHECK_CUDA(
+        cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, compute_stream()));
     synchronize();
   }
   void add_inplace(const Tensor& acc, const Tensor& x, int64_t n) override {
     ECO_OP("add_inplace");
     ECO_ASSERT(acc.numel() >= n && x.numel() >= n, "add_inplace of {} elements into {} / {}", n,
                acc.numel(), x.numel());
-    ECO_CHECK_CUDA(cuda::add_inplace_f32(f32(acc), f32(x), n, s()));
+    ECO_CHECK_CUDA(cuda::add_inplace_f32(f32(acc), f32(x), n, compute_stream()));
   }
   void copy_to_host(void* dst, const Tensor& src) override {
     ECO_OP("copy_to_host");
-    ECO_CHECK_CUDA(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, s()));
+    ECO_CHECK_CUDA(
+        cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, compute_stream()));
     synchronize();
   }
 
@@ -225,7 +229,7 @@ class CudaBackend final : public Backend {
                       int N, int C, int OC) override {
     ECO_OP("matmul_forward");
     gemm_.matmul_forward(bf(out), bf(inp), weight_bf16(w, int64_t(OC) * C), f32(bias), N, C, OC,
-                         s());
+                         compute_stream());
   }
   // dinp accumulates (beta = 1), as the interface's every backward does.
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias,
@@ -234,7 +238,7 @@ class CudaBackend final : public Backend {
     ECO_OP("matmul_backward");
     const bf16* wb = dinp.empty() ? nullptr : weight_bf16(w, int64_t(OC) * C);
     gemm_.matmul_backward(bf(dinp), f32(dw), f32(dbias), bf(dout), bf(inp), wb, N, C, OC,
-                          /*accumulate_dinp=*/true, s());
+                          /*accumulate_dinp=*/true, compute_stream());
   }
   // The head. A vocabulary that is not a multiple of 8 (GPT-2's 50257) would start every row of
   // the logits (forward) and of dlogits (backward) off a 16-byte boundary, and cuBLASLt then picks
@@ -250,8 +254,8 @@ class CudaBackend final : public Backend {
     }
     ECO_OP("head_forward");
     check_head(logits, N, C, V, ld);
-    gemm_.gemm<bf16, bf16>(false, true, N, ld, C, 1.0f, bf(inp), C,
-                           weight_bf16_padded(w, V, ld, C), C, 0.0f, bf(logits), ld, s());
+    gemm_.gemm<bf16, bf16>(false, true, N, ld, C, 1.0f, bf(inp), C, weight_bf16_padded(w, V, ld, C),
+                           C, 0.0f, bf(logits), ld, compute_stream());
   }
   void head_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dlogits,
                      const Tensor& inp, const Tensor& w, int N, int C, int V, int ld) override {
@@ -264,33 +268,36 @@ class CudaBackend final : public Backend {
     // dinp (N, C) += dlogits (N, ld) @ W_p (ld, C); dW (V, C) += (first V columns)^T @ inp.
     if (!dinp.empty())
       gemm_.gemm<bf16, bf16>(false, false, N, C, ld, 1.0f, bf(dlogits), ld,
-                             weight_bf16_padded(w, V, ld, C), C, 1.0f, bf(dinp), C, s());
+                             weight_bf16_padded(w, V, ld, C), C, 1.0f, bf(dinp), C,
+                             compute_stream());
     gemm_.gemm<bf16, float>(true, false, V, C, N, 1.0f, bf(dlogits), ld, bf(inp), C, 1.0f, f32(dw),
-                            C, s());
+                            C, compute_stream());
   }
   void check_head(const Tensor& logits, int N, int C, int V, int ld) const {
-    ECO_ASSERT(ld == logits_stride(V, C), "head with logits stride {} where the backend pads {} to {}",
-               ld, V, logits_stride(V, C));
+    ECO_ASSERT(ld == logits_stride(V, C),
+               "head with logits stride {} where the backend pads {} to {}", ld, V,
+               logits_stride(V, C));
     ECO_ASSERT(logits.numel() >= int64_t(N) * ld, "logits of {} elements for ({}, {})",
                logits.numel(), N, ld);
   }
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                          const Tensor& wpe, int B, int Tn, int C) override {
     ECO_OP("embedding_forward");
-    ECO_CHECK_CUDA(cuda::embedding_forward(bf(out), i32(tokens), f32(wte), f32(wpe), B, Tn, C, s()));
+    ECO_CHECK_CUDA(cuda::embedding_forward(bf(out), i32(tokens), f32(wte), f32(wpe), B, Tn, C,
+                                           compute_stream()));
   }
   void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens, int B, int Tn, int C) override {
     ECO_OP("embedding_backward");
-    ECO_CHECK_CUDA(
-        cuda::embedding_backward(f32(dwte), f32(dwpe), bf(dout), i32(tokens), B, Tn, C, s()));
+    ECO_CHECK_CUDA(cuda::embedding_backward(f32(dwte), f32(dwpe), bf(dout), i32(tokens), B, Tn, C,
+                                            compute_stream()));
   }
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
                          const Tensor& inp, const Tensor& w, const Tensor& b, int N, int C,
                          float eps) override {
     ECO_OP("layernorm_forward");
     ECO_CHECK_CUDA(cuda::layernorm_forward(bf(out), f32(mean), f32(rstd), bf(inp), f32(w), f32(b),
-                                           N, C, eps, s()));
+                                           N, C, eps, compute_stream()));
   }
   void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db,
                           const Tensor& dout, const Tensor& inp, const Tensor& w,
@@ -298,29 +305,30 @@ class CudaBackend final : public Backend {
     ECO_OP("layernorm_backward");
     float* scratch = scratch_f32(cuda::norm_backward_scratch_floats(C));
     ECO_CHECK_CUDA(cuda::layernorm_backward(bf(dinp), f32(dw), f32(db), bf(dout), bf(inp), f32(w),
-                                            f32(mean), f32(rstd), N, C, scratch, s()));
+                                            f32(mean), f32(rstd), N, C, scratch, compute_stream()));
   }
   void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
                        int N, int C, float eps) override {
     ECO_OP("rmsnorm_forward");
-    ECO_CHECK_CUDA(cuda::rmsnorm_forward(bf(out), f32(rstd), bf(inp), f32(w), N, C, eps, s()));
+    ECO_CHECK_CUDA(
+        cuda::rmsnorm_forward(bf(out), f32(rstd), bf(inp), f32(w), N, C, eps, compute_stream()));
   }
   void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
                         const Tensor& w, const Tensor& rstd, int N, int C) override {
     ECO_OP("rmsnorm_backward");
     float* scratch = scratch_f32(cuda::norm_backward_scratch_floats(C));
     ECO_CHECK_CUDA(cuda::rmsnorm_backward(bf(dinp), f32(dw), bf(dout), bf(inp), f32(w), f32(rstd),
-                                          N, C, scratch, s()));
+                                          N, C, scratch, compute_stream()));
   }
   void rope_forward(const Tensor& out, const Tensor& inp, int B, int Tn, int C, int NH,
                     float theta) override {
     ECO_OP("rope_forward");
-    ECO_CHECK_CUDA(cuda::rope_forward(bf(out), bf(inp), B, Tn, C, NH, theta, s()));
+    ECO_CHECK_CUDA(cuda::rope_forward(bf(out), bf(inp), B, Tn, C, NH, theta, compute_stream()));
   }
   void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int Tn, int C, int NH,
                      float theta) override {
     ECO_OP("rope_backward");
-    ECO_CHECK_CUDA(cuda::rope_backward(bf(dinp), bf(dout), B, Tn, C, NH, theta, s()));
+    ECO_CHECK_CUDA(cuda::rope_backward(bf(dinp), bf(dout), B, Tn, C, NH, theta, compute_stream()));
   }
   // att_state: the log-sum-exp (B, NH, T) fp32; the probabilities are never stored. The path
   // (kernels/cuda/cuda_attention.h): the one ECO_CUDA_ATTENTION asks for where the call's
@@ -333,17 +341,19 @@ class CudaBackend final : public Backend {
     ECO_OP("attention_forward");
     switch (attention_path(B, Tn, C, NH, {bf(out), bf(qkv)})) {
       case CudaAttention::Mma:
-        cuda::attention_mma_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH, s());
+        cuda::attention_mma_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH,
+                                    compute_stream());
         return;
       case CudaAttention::Gemm: {
         const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
         cuda::attention_gemm_forward(gemm_, bf(out), f32(att_state), bf(qkv),
-                                     attention_scores(bytes), bytes, B, Tn, C, NH, s());
+                                     attention_scores(bytes), bytes, B, Tn, C, NH,
+                                     compute_stream());
         return;
       }
       default:
-        ECO_CHECK_CUDA(
-            cuda::attention_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH, s()));
+        ECO_CHECK_CUDA(cuda::attention_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH,
+                                               compute_stream()));
     }
   }
   // scratch (B, NH, T) fp32 holds D = rowsum(dout * out) on every path.
@@ -354,18 +364,18 @@ class CudaBackend final : public Backend {
     switch (attention_path(B, Tn, C, NH, {bf(dqkv), bf(dout), bf(qkv), bf(out)})) {
       case CudaAttention::Mma:
         cuda::attention_mma_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
-                                     f32(att_state), B, Tn, C, NH, s());
+                                     f32(att_state), B, Tn, C, NH, compute_stream());
         return;
       case CudaAttention::Gemm: {
         const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
         cuda::attention_gemm_backward(gemm_, bf(dqkv), f32(scratch), attention_scores(bytes),
                                       bytes, bf(dout), bf(qkv), bf(out), f32(att_state), B, Tn, C,
-                                      NH, s());
+                                      NH, compute_stream());
         return;
       }
       default:
-        ECO_CHECK_CUDA(cuda::attention_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv),
-                                                bf(out), f32(att_state), B, Tn, C, NH, s()));
+        ECO_CHECK_CUDA(cuda::attention_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
+                                                f32(att_state), B, Tn, C, NH, compute_stream()));
     }
   }
   // Grouped-query, sliding-window or query-scaled attention (gemma3). A plain() shape is the
@@ -382,10 +392,11 @@ class CudaBackend final : public Backend {
     ECO_OP("attention_forward");
     check_attention_shape(a);
     if (gqa_attention_path(B, Tn, a, {bf(out), bf(qkv)}) == CudaAttention::Mma) {
-      cuda::attention_mma_forward_gqa(bf(out), f32(att_state), bf(qkv), B, Tn, a, s());
+      cuda::attention_mma_forward_gqa(bf(out), f32(att_state), bf(qkv), B, Tn, a, compute_stream());
       return;
     }
-    ECO_CHECK_CUDA(cuda::attention_forward_gqa(bf(out), f32(att_state), bf(qkv), B, Tn, a, s()));
+    ECO_CHECK_CUDA(
+        cuda::attention_forward_gqa(bf(out), f32(att_state), bf(qkv), B, Tn, a, compute_stream()));
   }
   void attention_backward_gqa(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
                               const Tensor& qkv, const Tensor& out, const Tensor& att_state, int B,
@@ -399,28 +410,30 @@ class CudaBackend final : public Backend {
     if (gqa_attention_path(B, Tn, a, {bf(dqkv), bf(dout), bf(qkv), bf(out)}) ==
         CudaAttention::Mma) {
       cuda::attention_mma_backward_gqa(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
-                                       f32(att_state), B, Tn, a, s());
+                                       f32(att_state), B, Tn, a, compute_stream());
       return;
     }
     ECO_CHECK_CUDA(cuda::attention_backward_gqa(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
-                                                f32(att_state), B, Tn, a, s()));
+                                                f32(att_state), B, Tn, a, compute_stream()));
   }
   void rope_forward_gqa(const Tensor& out, const Tensor& inp, int B, int Tn, int NH, int KVH,
                         int hd, float theta) override {
     ECO_OP("rope_forward");
-    ECO_CHECK_CUDA(cuda::rope_forward_gqa(bf(out), bf(inp), B, Tn, NH, KVH, hd, theta, s()));
+    ECO_CHECK_CUDA(
+        cuda::rope_forward_gqa(bf(out), bf(inp), B, Tn, NH, KVH, hd, theta, compute_stream()));
   }
   void rope_backward_gqa(const Tensor& dinp, const Tensor& dout, int B, int Tn, int NH, int KVH,
                          int hd, float theta) override {
     ECO_OP("rope_backward");
-    ECO_CHECK_CUDA(cuda::rope_backward_gqa(bf(dinp), bf(dout), B, Tn, NH, KVH, hd, theta, s()));
+    ECO_CHECK_CUDA(
+        cuda::rope_backward_gqa(bf(dinp), bf(dout), B, Tn, NH, KVH, hd, theta, compute_stream()));
   }
   void qk_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp,
                           const Tensor& wq, const Tensor& wk, int N, int NH, int KVH, int hd,
                           float eps) override {
     ECO_OP("qk_rmsnorm_forward");
     ECO_CHECK_CUDA(cuda::qk_rmsnorm_forward(bf(out), f32(rstd), bf(inp), f32(wq), f32(wk), N, NH,
-                                            KVH, hd, eps, s()));
+                                            KVH, hd, eps, compute_stream()));
   }
   void qk_rmsnorm_backward(const Tensor& dinp, const Tensor& dwq, const Tensor& dwk,
                            const Tensor& dout, const Tensor& inp, const Tensor& wq,
@@ -430,51 +443,51 @@ class CudaBackend final : public Backend {
     float* scratch = scratch_f32(cuda::qk_norm_backward_scratch_floats(hd));
     ECO_CHECK_CUDA(cuda::qk_rmsnorm_backward(bf(dinp), f32(dwq), f32(dwk), bf(dout), bf(inp),
                                              f32(wq), f32(wk), f32(rstd), N, NH, KVH, hd, scratch,
-                                             s()));
+                                             compute_stream()));
   }
   void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) override {
     ECO_OP("gelu_forward");
-    ECO_CHECK_CUDA(cuda::gelu_forward(bf(out), bf(inp), n, s()));
+    ECO_CHECK_CUDA(cuda::gelu_forward(bf(out), bf(inp), n, compute_stream()));
   }
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout,
                      int64_t n) override {
     ECO_OP("gelu_backward");
-    ECO_CHECK_CUDA(cuda::gelu_backward(bf(dinp), bf(inp), bf(dout), n, s()));
+    ECO_CHECK_CUDA(cuda::gelu_backward(bf(dinp), bf(inp), bf(dout), n, compute_stream()));
   }
   void swiglu_forward(const Tensor& out, const Tensor& inp, int N, int H) override {
     ECO_OP("swiglu_forward");
-    ECO_CHECK_CUDA(cuda::swiglu_forward(bf(out), bf(inp), N, H, s()));
+    ECO_CHECK_CUDA(cuda::swiglu_forward(bf(out), bf(inp), N, H, compute_stream()));
   }
   void swiglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
                        int H) override {
     ECO_OP("swiglu_backward");
-    ECO_CHECK_CUDA(cuda::swiglu_backward(bf(dinp), bf(dout), bf(inp), N, H, s()));
+    ECO_CHECK_CUDA(cuda::swiglu_backward(bf(dinp), bf(dout), bf(inp), N, H, compute_stream()));
   }
   void geglu_forward(const Tensor& out, const Tensor& inp, int N, int H) override {
     ECO_OP("geglu_forward");
-    ECO_CHECK_CUDA(cuda::geglu_forward(bf(out), bf(inp), N, H, s()));
+    ECO_CHECK_CUDA(cuda::geglu_forward(bf(out), bf(inp), N, H, compute_stream()));
   }
   void geglu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, int N,
                       int H) override {
     ECO_OP("geglu_backward");
-    ECO_CHECK_CUDA(cuda::geglu_backward(bf(dinp), bf(dout), bf(inp), N, H, s()));
+    ECO_CHECK_CUDA(cuda::geglu_backward(bf(dinp), bf(dout), bf(inp), N, H, compute_stream()));
   }
   // Activations (bf16: Gemma's embedding scale and its backward) or fp32 buffers.
   void scale_inplace(const Tensor& x, float scale, int64_t n) override {
     ECO_OP("scale_inplace");
     if (x.dtype == DType::F32)
-      ECO_CHECK_CUDA(cuda::scale_inplace(f32(x), scale, n, s()));
+      ECO_CHECK_CUDA(cuda::scale_inplace(f32(x), scale, n, compute_stream()));
     else
-      ECO_CHECK_CUDA(cuda::scale_inplace_bf16(bf(x), scale, n, s()));
+      ECO_CHECK_CUDA(cuda::scale_inplace_bf16(bf(x), scale, n, compute_stream()));
   }
   // Activations (bf16), or fp32 parameter-dtype operands: the (1 + w) gains of Gemma's norms
   // (model_context.cpp's norm_gain) are w + ones in the parameters' dtype, as on the CPU.
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b, int64_t n) override {
     ECO_OP("residual_forward");
     if (out.dtype == DType::F32)
-      ECO_CHECK_CUDA(cuda::add_f32(f32(out), f32(a), f32(b), n, s()));
+      ECO_CHECK_CUDA(cuda::add_f32(f32(out), f32(a), f32(b), n, compute_stream()));
     else
-      ECO_CHECK_CUDA(cuda::residual_forward(bf(out), bf(a), bf(b), n, s()));
+      ECO_CHECK_CUDA(cuda::residual_forward(bf(out), bf(a), bf(b), n, compute_stream()));
   }
   void residual_norm_forward(const Tensor& resid, const Tensor& out, const Tensor& mean,
                              const Tensor& rstd, const Tensor& a, const Tensor& b, const Tensor& w,
@@ -482,18 +495,18 @@ class CudaBackend final : public Backend {
     ECO_OP("residual_norm_forward");
     if (rms)
       ECO_CHECK_CUDA(cuda::residual_rmsnorm_forward(bf(resid), bf(out), f32(rstd), bf(a), bf(b),
-                                                    f32(w), N, C, eps, s()));
+                                                    f32(w), N, C, eps, compute_stream()));
     else
       ECO_CHECK_CUDA(cuda::residual_layernorm_forward(bf(resid), bf(out), f32(mean), f32(rstd),
                                                       bf(a), bf(b), f32(w), f32(bias), N, C, eps,
-                                                      s()));
+                                                      compute_stream()));
   }
   void crossentropy_forward_backward(const Tensor& losses, const Tensor& dlogits,
                                      const Tensor& logits, const Tensor& targets, int N, int V,
                                      int ld, float dloss) override {
     ECO_OP("crossentropy_forward_backward");
-    ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(f32(losses), bf(dlogits), bf(logits),
-                                                       i32(targets), N, V, ld, dloss, s()));
+    ECO_CHECK_CUDA(cuda::crossentropy_forward_backward(
+        f32(losses), bf(dlogits), bf(logits), i32(targets), N, V, ld, dloss, compute_stream()));
   }
 
   // ---- quantization ---------------------------------------------------------------------------
@@ -504,17 +517,17 @@ class CudaBackend final : public Backend {
   void router_matmul_forward(const Tensor& logits, const Tensor& x, const Tensor& w, int N, int C,
                              int E) override {
     ECO_OP("router_matmul_forward");
-    gemm_.gemm<bf16, float>(false, true, N, E, C, 1.0f, bf(x), C,
-                            weight_bf16(w, int64_t(E) * C), C, 0.0f, f32(logits), E, s());
+    gemm_.gemm<bf16, float>(false, true, N, E, C, 1.0f, bf(x), C, weight_bf16(w, int64_t(E) * C), C,
+                            0.0f, f32(logits), E, compute_stream());
   }
   void router_matmul_backward(const Tensor& dx, const Tensor& dw, const Tensor& dlogits,
                               const Tensor& x, const Tensor& w, int N, int C, int E) override {
     ECO_OP("router_matmul_backward");
-    bf16* d = moe_bf16_.get<bf16>(size_t(N) * size_t(E), s(), ledger_);
-    ECO_CHECK_CUDA(cuda::f32_to_bf16(d, f32(dlogits), int64_t(N) * E, s()));
+    bf16* d = moe_bf16_.get<bf16>(size_t(N) * size_t(E), compute_stream(), ledger_);
+    ECO_CHECK_CUDA(cuda::f32_to_bf16(d, f32(dlogits), int64_t(N) * E, compute_stream()));
     const bf16* wb = dx.empty() ? nullptr : weight_bf16(w, int64_t(E) * C);
     gemm_.matmul_backward(bf(dx), f32(dw), nullptr, d, bf(x), wb, N, C, E,
-                          /*accumulate_dinp=*/true, s());
+                          /*accumulate_dinp=*/true, compute_stream());
   }
   int moe_row_align() const override { return cuda_ws::kMoeRowAlign; }
   void moe_route(const Tensor& idx, const Tensor& gates, const Tensor& probs, const Tensor& lse,
@@ -523,15 +536,15 @@ class CudaBackend final : public Backend {
     ECO_OP("moe_route");
     ECO_CHECK_CUDA(cuda::moe_route(typed<int32_t>(idx, DType::I32), f32(gates), f32(probs),
                                    f32(lse), f32(logits), f32(select_bias), N, E, k, mode,
-                                   norm_topk, s()));
+                                   norm_topk, compute_stream()));
   }
   MoeRouterSums moe_router_sums(const Tensor& probs, const Tensor& lse, int N, int E) override {
     ECO_OP("moe_router_sums");
-    double* d = moe_f64_.get<double>(size_t(E) + 2, s(), ledger_);
-    ECO_CHECK_CUDA(cuda::moe_router_sums(d, f32(probs), f32(lse), N, E, s()));
+    double* d = moe_f64_.get<double>(size_t(E) + 2, compute_stream(), ledger_);
+    ECO_CHECK_CUDA(cuda::moe_router_sums(d, f32(probs), f32(lse), N, E, compute_stream()));
     std::vector<double> h(static_cast<size_t>(E) + 2);
-    ECO_CHECK_CUDA(
-        cudaMemcpyAsync(h.data(), d, sizeof(double) * h.size(), cudaMemcpyDeviceToHost, s()));
+    ECO_CHECK_CUDA(cudaMemcpyAsync(h.data(), d, sizeof(double) * h.size(), cudaMemcpyDeviceToHost,
+                                   compute_stream()));
     synchronize();
     MoeRouterSums r;
     r.prob_sums.assign(h.begin(), h.begin() + E);
@@ -562,20 +575,21 @@ class CudaBackend final : public Backend {
       const MoeDispatch d = moe_dispatch_host(h_slot.data(), h_tok.data(), h_idx.data(),
                                               h_gates.data(), N, E, k, capacity, align);
       ECO_CHECK_CUDA(cudaMemcpyAsync(slot_rows, h_slot.data(), sizeof(int32_t) * size_t(S),
-                                     cudaMemcpyHostToDevice, s()));
+                                     cudaMemcpyHostToDevice, compute_stream()));
       ECO_CHECK_CUDA(cudaMemcpyAsync(row_tokens, h_tok.data(), sizeof(int32_t) * size_t(d.rows),
-                                     cudaMemcpyHostToDevice, s()));
+                                     cudaMemcpyHostToDevice, compute_stream()));
       synchronize();  // the host vectors go out of scope
       return d;
     }
     const int64_t scratch_ints = cuda::moe_dispatch_scratch_ints(N, E, k);
-    int32_t* scratch = moe_i32_.get<int32_t>(size_t(scratch_ints + E), s(), ledger_);
+    int32_t* scratch = moe_i32_.get<int32_t>(size_t(scratch_ints + E), compute_stream(), ledger_);
     int32_t* counts = scratch + scratch_ints;
     ECO_CHECK_CUDA(cuda::moe_dispatch(slot_rows, row_tokens, counts, scratch,
-                                      typed<int32_t>(idx, DType::I32), N, E, k, align, s()));
+                                      typed<int32_t>(idx, DType::I32), N, E, k, align,
+                                      compute_stream()));
     std::vector<int32_t> h(static_cast<size_t>(E));
     ECO_CHECK_CUDA(cudaMemcpyAsync(h.data(), counts, sizeof(int32_t) * h.size(),
-                                   cudaMemcpyDeviceToHost, s()));
+                                   cudaMemcpyDeviceToHost, compute_stream()));
     synchronize();
     MoeDispatch d;
     d.routed.assign(h.begin(), h.end());
@@ -591,26 +605,26 @@ class CudaBackend final : public Backend {
   void moe_gather(const Tensor& rows, const Tensor& x, const Tensor& token_of_row, int64_t R,
                   int C) override {
     ECO_OP("moe_gather");
-    ECO_CHECK_CUDA(cuda::moe_gather(bf(rows), bf(x), i32(token_of_row), R, C, s()));
+    ECO_CHECK_CUDA(cuda::moe_gather(bf(rows), bf(x), i32(token_of_row), R, C, compute_stream()));
   }
   void moe_combine(const Tensor& out, const Tensor& y, const Tensor& gates,
                    const Tensor& row_of_slot, int N, int C, int k, bool accumulate) override {
     ECO_OP("moe_combine");
     ECO_CHECK_CUDA(cuda::moe_combine(bf(out), bf(y), f32(gates), i32(row_of_slot), N, C, k,
-                                     accumulate, s()));
+                                     accumulate, compute_stream()));
   }
   void moe_combine_backward(const Tensor& dy, const Tensor& dgates, const Tensor& dout,
                             const Tensor& y, const Tensor& gates, const Tensor& row_of_slot,
                             int N, int C, int k) override {
     ECO_OP("moe_combine_backward");
     ECO_CHECK_CUDA(cuda::moe_combine_backward(bf(dy), f32(dgates), bf(dout), bf(y), f32(gates),
-                                              i32(row_of_slot), N, C, k, s()));
+                                              i32(row_of_slot), N, C, k, compute_stream()));
   }
   void moe_scatter_add(const Tensor& dx, const Tensor& drows, const Tensor& row_of_slot, int N,
                        int C, int k) override {
     ECO_OP("moe_scatter_add");
     ECO_CHECK_CUDA(
-        cuda::moe_scatter_add(bf(dx), bf(drows), i32(row_of_slot), N, C, k, s()));
+        cuda::moe_scatter_add(bf(dx), bf(drows), i32(row_of_slot), N, C, k, compute_stream()));
   }
   void moe_router_backward(const Tensor& dlogits, const Tensor& dgates, const Tensor& idx,
                            const Tensor& gates, const Tensor& probs, const Tensor& logits,
@@ -622,14 +636,14 @@ class CudaBackend final : public Backend {
       ECO_ASSERT(aux_w.size() == size_t(E), "moe_router_backward: {} aux weights for {} experts",
                  aux_w.size(), E);
       const std::vector<float> h(aux_w.begin(), aux_w.end());
-      w = moe_f32_.get<float>(h.size(), s(), ledger_);
-      ECO_CHECK_CUDA(
-          cudaMemcpyAsync(w, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice, s()));
+      w = moe_f32_.get<float>(h.size(), compute_stream(), ledger_);
+      ECO_CHECK_CUDA(cudaMemcpyAsync(w, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice,
+                                     compute_stream()));
       synchronize();  // h goes out of scope
     }
     ECO_CHECK_CUDA(cuda::moe_router_backward(f32(dlogits), f32(dgates), i32(idx), f32(gates),
                                              f32(probs), f32(logits), f32(lse), w, float(z_coef),
-                                             N, E, k, mode, norm_topk, s()));
+                                             N, E, k, mode, norm_topk, compute_stream()));
   }
 
   void dequantize(const Tensor& out, const QTensor& q) override {
@@ -637,7 +651,7 @@ class CudaBackend final : public Backend {
     ECO_ASSERT(out.numel() == q.numel(), "dequantize of a ({}, {}) QTensor into {} elements",
                q.rows, q.cols, out.numel());
     ECO_CHECK_CUDA(cuda::dequantize(f32(out), codes(q), q.scales.as<float>(), q.rows, q.cols,
-                                    q.format, q.granularity, s()));
+                                    q.format, q.granularity, compute_stream()));
   }
   void quantize(QTensor& q, const Tensor& src, Rounding rounding, uint64_t seed, uint64_t step,
                 uint32_t tensor_id) override {
@@ -646,23 +660,24 @@ class CudaBackend final : public Backend {
                src.numel(), q.rows, q.cols);
     ECO_ASSERT(!(q.format == QFormat::INT4 && q.granularity == Granularity::PerRow && q.cols % 2),
                "INT4 with per-row scales needs an even number of columns on CUDA, not {}", q.cols);
-    float* scratch = scratch_f32(size_t(cuda::quantize_scratch_floats(q.rows, q.cols, q.granularity)));
+    float* scratch =
+        scratch_f32(size_t(cuda::quantize_scratch_floats(q.rows, q.cols, q.granularity)));
     ECO_CHECK_CUDA(cuda::quantize_matrix(f32(src), codes(q), q.scales.as<float>(), q.rows, q.cols,
                                          q.format, q.granularity, rounding, seed, step, tensor_id,
-                                         scratch, s()));
+                                         scratch, compute_stream()));
   }
   void round_to_bf16(const Tensor& out, const Tensor& in, int64_t n) override {
     ECO_OP("round_to_bf16");
-    ECO_CHECK_CUDA(cuda::round_to_bf16_f32(f32(out), f32(in), n, s()));
+    ECO_CHECK_CUDA(cuda::round_to_bf16_f32(f32(out), f32(in), n, compute_stream()));
   }
   // Activations are bf16 already: the Bf16 cast is the identity here.
   void cast_activations(const Tensor& out, const Tensor& x, int N, int C, ActCast cast) override {
     ECO_OP("cast_activations");
     if (cast == ActCast::E4M3Row) {
-      ECO_CHECK_CUDA(cuda::cast_e4m3_rows(bf(out), bf(x), N, C, s()));
+      ECO_CHECK_CUDA(cuda::cast_e4m3_rows(bf(out), bf(x), N, C, compute_stream()));
     } else if (out.data != x.data) {
       ECO_CHECK_CUDA(cudaMemcpyAsync(bf(out), bf(x), sizeof(bf16) * size_t(N) * size_t(C),
-                                     cudaMemcpyDeviceToDevice, s()));
+                                     cudaMemcpyDeviceToDevice, compute_stream()));
     }
   }
 
@@ -687,12 +702,13 @@ class CudaBackend final : public Backend {
     }
     // The scratch holds the activation codes (N, C), then, 256-byte aligned, their scales (N).
     const size_t codes_bytes = cuda_ws::round_up_256(size_t(N) * size_t(C));
-    uint8_t* x_codes = fp8_act_.get<uint8_t>(cuda_ws::fp8_activation_bytes(N, C), s(), ledger_);
+    uint8_t* x_codes =
+        fp8_act_.get<uint8_t>(cuda_ws::fp8_activation_bytes(N, C), compute_stream(), ledger_);
     float* x_scales = reinterpret_cast<float*>(x_codes + codes_bytes);
-    ECO_CHECK_CUDA(
-        cuda::quantize_cast_e4m3_rows(x_codes, x_scales, bf(x_cast), bf(x), N, C, s()));
+    ECO_CHECK_CUDA(cuda::quantize_cast_e4m3_rows(x_codes, x_scales, bf(x_cast), bf(x), N, C,
+                                                 compute_stream()));
     gemm_.matmul_forward_fp8(bf(out), x_codes, x_scales, codes(w), f32(w.scales), f32(bias), N, C,
-                             OC, Granularity::PerRow, s());
+                             OC, Granularity::PerRow, compute_stream());
   }
   // The backward GEMMs stay bf16 (per-row weight scales cannot scale the reduction dimension of
   // dinp = dout @ w): the codes are decoded straight to bf16 (the values dequantize + f32_to_bf16
@@ -703,20 +719,20 @@ class CudaBackend final : public Backend {
     ECO_OP("quantized_linear_backward");
     ECO_ASSERT(w.rows == OC && w.cols == C, "linear ({} -> {}) with a ({}, {}) quantized weight",
                C, OC, w.rows, w.cols);
-    bf16* wb = weight_bf16_.get<bf16>(size_t(w.numel()), s(), ledger_);
+    bf16* wb = weight_bf16_.get<bf16>(size_t(w.numel()), compute_stream(), ledger_);
     ECO_CHECK_CUDA(cuda::dequantize_bf16(wb, codes(w), f32(w.scales), w.rows, w.cols, w.format,
-                                         w.granularity, s()));
+                                         w.granularity, compute_stream()));
     gemm_.matmul_backward(bf(dinp), f32(dw), f32(dbias), bf(dout), bf(x_cast), wb, N, C, OC,
-                          /*accumulate_dinp=*/true, s());
+                          /*accumulate_dinp=*/true, compute_stream());
   }
 
   // ---- optimizer ----------------------------------------------------------------------------
   double sum_squares(const Tensor& x, int64_t n) override {
     ECO_OP("sum_squares");
     double* out = static_cast<double*>(sum_squares_);
-    ECO_CHECK_CUDA(cuda::sum_squares(out, f32(x), n, out + 1, s()));
+    ECO_CHECK_CUDA(cuda::sum_squares(out, f32(x), n, out + 1, compute_stream()));
     double h = 0;
-    ECO_CHECK_CUDA(cudaMemcpyAsync(&h, out, sizeof h, cudaMemcpyDeviceToHost, s()));
+    ECO_CHECK_CUDA(cudaMemcpyAsync(&h, out, sizeof h, cudaMemcpyDeviceToHost, compute_stream()));
     synchronize();
     return h;
   }
@@ -728,121 +744,57 @@ class CudaBackend final : public Backend {
     check_sum_segments(x, segs);
     if (segs.empty()) return;
     const size_t n = segs.size();
-    SumSegment* d_segs = segment_table_.get<SumSegment>(n, s(), ledger_);
-    double* d_out = segment_sums_.get<double>(n, s(), ledger_);
+    SumSegment* d_segs = segment_table_.get<SumSegment>(n, compute_stream(), ledger_);
+    double* d_out = segment_sums_.get<double>(n, compute_stream(), ledger_);
+    ECO_CHECK_CUDA(cudaMemcpyAsync(d_segs, segs.data(), n * sizeof(SumSegment),
+                                   cudaMemcpyHostToDevice, compute_stream()));
+    ECO_CHECK_CUDA(cuda::sum_squares_segments(d_out, f32(x), d_segs, int64_t(n), compute_stream()));
     ECO_CHECK_CUDA(
-        cudaMemcpyAsync(d_segs, segs.data(), n * sizeof(SumSegment), cudaMemcpyHostToDevice, s()));
-    ECO_CHECK_CUDA(cuda::sum_squares_segments(d_out, f32(x), d_segs, int64_t(n), s()));
-    ECO_CHECK_CUDA(cudaMemcpyAsync(out, d_out, n * sizeof(double), cudaMemcpyDeviceToHost, s()));
+        cudaMemcpyAsync(out, d_out, n * sizeof(double), cudaMemcpyDeviceToHost, compute_stream()));
     synchronize();
-  }
-  void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                    int64_t n, const AdamWCoeffs& c) override {
-    ECO_OP("adamw_update");
-    ECO_CHECK_CUDA(cuda::fp32_adamw_update(f32(param), f32(grad), f32(m), f32(v), n, c, s()));
-  }
-  void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
-                   const SgdmCoeffs& c) override {
-    ECO_OP("sgdm_update");
-    ECO_CHECK_CUDA(cuda::fp32_sgdm_update(f32(param), f32(grad), f32(m), n, c, s()));
   }
   // All unquantized tensors in one launch (kernels/cuda/multi_tensor_update.cuh); the tables are
   // uploaded on the first step and reused while the list stays the same.
-  void adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWCoeffs& c) override {
-    ECO_OP("adamw_update_many");
-    adamw_plan_.build(slices(ts), /*adamw=*/true, s());
-    ECO_CHECK_CUDA(cuda::fp32_adamw_update_many(adamw_plan_, c, s()));
-  }
-  void sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmCoeffs& c) override {
-    ECO_OP("sgdm_update_many");
-    sgdm_plan_.build(slices(ts), /*adamw=*/false, s());
-    ECO_CHECK_CUDA(cuda::fp32_sgdm_update_many(sgdm_plan_, c, s()));
-  }
-  void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                              const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
-                              const QuantizedStep& qs, const RowRange& rows) override {
-    ECO_OP("quantized_adamw_update");
-    check_range(q, rows, /*split=*/false);
-    quantized_update(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
-      return cuda::quantized_adamw_update(c, quantizer(q, qs), qs.policy, b, q.scales.as<float>(),
-                                          q.rows, q.cols, q.granularity, scratch, s(),
-                                          cuda::GroupKernel::Auto, rows);
+  void plain_update(const std::vector<PlainUpdate>& ts, const RuleStep& step) override {
+    ECO_OP("plain_update");
+    with_rule(step, [&](const auto& rule) {
+      using Rule = std::decay_t<decltype(rule)>;
+      // The direction stage: Elementwise rules read m as it is (optimizer_rules.h's Direction
+      // says what a matrix direction runs here first).
+      static_assert(Rule::kDirection == Direction::Elementwise);
+      plain_plan_.build(slices(ts, Rule::kHasV), Rule::kHasV, compute_stream());
+      ECO_CHECK_CUDA(cuda::fp32_plain_update_many(plain_plan_, step, compute_stream()));
     });
   }
-  void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                             const Tensor& m, const SgdmCoeffs& c, const QuantizedStep& qs,
-                             const RowRange& rows) override {
-    ECO_OP("quantized_sgdm_update");
-    check_range(q, rows, /*split=*/false);
-    quantized_update(q, master, grad, m, Tensor{}, qs, [&](const auto& b, float* scratch) {
-      return cuda::quantized_sgdm_update(c, quantizer(q, qs), qs.policy, b, q.scales.as<float>(),
-                                         q.rows, q.cols, q.granularity, scratch, s(),
-                                         cuda::GroupKernel::Auto, rows);
-    });
-  }
-  // The split: pass 1 leaves the range's TensorScaleSplit in the scratch's first two floats,
-  // copied to the host here (a synchronisation, as sum_squares'); pass 2 uploads the combined one.
-  TensorScaleSplit quantized_adamw_tensor_absmax(QTensor& q, const Tensor& master,
-                                                 const Tensor& grad, const Tensor& m,
-                                                 const Tensor& v, const AdamWCoeffs& c,
-                                                 const QuantizedStep& qs,
-                                                 const RowRange& rows) override {
-    ECO_OP("quantized_adamw_update");
-    check_range(q, rows, /*split=*/true);
-    return tensor_absmax(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
-      return cuda::quantized_adamw_tensor_absmax(c, quantizer(q, qs), qs.policy, b,
-                                                 q.scales.as<float>(), q.rows, q.cols, rows,
-                                                 scratch, s());
-    });
-  }
-  void quantized_adamw_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
-                                     const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
-                                     const QuantizedStep& qs, const TensorScaleSplit& split,
-                                     const RowRange& rows) override {
-    ECO_OP("quantized_adamw_update");
-    check_range(q, rows, /*split=*/true);
-    tensor_finish(q, master, grad, m, v, qs, split, [&](const auto& b, const float* dev_split) {
-      return cuda::quantized_adamw_tensor_finish(c, quantizer(q, qs), qs.policy, b,
-                                                 q.scales.as<float>(), q.rows, q.cols, rows,
-                                                 dev_split, s());
-    });
-  }
-  TensorScaleSplit quantized_sgdm_tensor_absmax(QTensor& q, const Tensor& master,
-                                                const Tensor& grad, const Tensor& m,
-                                                const SgdmCoeffs& c, const QuantizedStep& qs,
-                                                const RowRange& rows) override {
-    ECO_OP("quantized_sgdm_update");
-    check_range(q, rows, /*split=*/true);
-    return tensor_absmax(q, master, grad, m, Tensor{}, qs, [&](const auto& b, float* scratch) {
-      return cuda::quantized_sgdm_tensor_absmax(c, quantizer(q, qs), qs.policy, b,
-                                                q.scales.as<float>(), q.rows, q.cols, rows,
-                                                scratch, s());
-    });
-  }
-  void quantized_sgdm_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
-                                    const Tensor& m, const SgdmCoeffs& c, const QuantizedStep& qs,
-                                    const TensorScaleSplit& split, const RowRange& rows) override {
-    ECO_OP("quantized_sgdm_update");
-    check_range(q, rows, /*split=*/true);
-    tensor_finish(q, master, grad, m, Tensor{}, qs, split, [&](const auto& b, const float* dev_split) {
-      return cuda::quantized_sgdm_tensor_finish(c, quantizer(q, qs), qs.policy, b,
-                                                q.scales.as<float>(), q.rows, q.cols, rows,
-                                                dev_split, s());
+  void quantized_update(QTensor& q, const Tensor& master, const Tensor& grad, const Tensor& m,
+                        const Tensor& v, const RuleStep& step, const QuantizedStep& qs,
+                        const RowRange& rows) override {
+    ECO_OP("quantized_update");
+    check_range(q, rows);
+    with_rule(step, [&](const auto& rule) {
+      using Rule = std::decay_t<decltype(rule)>;
+      static_assert(Rule::kDirection == Direction::Elementwise);  // as in plain_update
+      const Tensor rule_v = Rule::kHasV ? v : Tensor{};
+      with_update_buffers(q, master, grad, m, rule_v, qs, [&](const auto& b, float* scratch) {
+        return cuda::quantized_update(step, quantizer(q, qs), qs.policy, b, q.scales.as<float>(),
+                                      q.rows, q.cols, q.granularity, scratch, compute_stream(),
+                                      cuda::GroupKernel::Auto, rows);
+      });
     });
   }
 
  private:
-  cudaStream_t s() const { return stream_.get(); }
-
-  std::vector<cuda::MultiTensorSlice> slices(const std::vector<PlainUpdate>& ts) const {
+  // with_v: the rule has a second moment (each tensor's v is passed on; else no v).
+  std::vector<cuda::MultiTensorSlice> slices(const std::vector<PlainUpdate>& ts,
+                                             bool with_v) const {
     std::vector<cuda::MultiTensorSlice> out;
     out.reserve(ts.size());
     for (const PlainUpdate& t : ts) {
       ECO_ASSERT(t.param.numel() >= t.n && t.grad.numel() >= t.n && t.m.numel() >= t.n &&
-                     (t.v.empty() || t.v.numel() >= t.n),
+                     (!with_v || t.v.empty() || t.v.numel() >= t.n),
                  "plain update of {} elements on smaller buffers", t.n);
-      out.push_back({f32(t.param), f32(t.grad), f32(t.m), t.v.empty() ? nullptr : f32(t.v), t.n,
-                     t.weight_decay});
+      out.push_back({f32(t.param), f32(t.grad), f32(t.m),
+                     !with_v || t.v.empty() ? nullptr : f32(t.v), t.n, t.weight_decay});
     }
     return out;
   }
@@ -859,7 +811,7 @@ class CudaBackend final : public Backend {
                     free_b >> 20, total_b >> 20, e.what());
     }
     void* p = buffers_.back().get();
-    ECO_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, s()));
+    ECO_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, compute_stream()));
     return p;
   }
 
@@ -876,7 +828,7 @@ class CudaBackend final : public Backend {
   static const int32_t* i32(const Tensor& t) { return typed<int32_t>(t, DType::I32); }
   static uint8_t* codes(const QTensor& q) { return typed<uint8_t>(q.codes, DType::U8); }
 
-  float* scratch_f32(size_t n) { return scratch_f32_.get<float>(n, s(), ledger_); }
+  float* scratch_f32(size_t n) { return scratch_f32_.get<float>(n, compute_stream(), ledger_); }
   // The attention path of a call (kernels/cuda/cuda_attention.h).
   CudaAttention attention_path(int B, int T, int C, int NH,
                                std::initializer_list<const void*> matrices) const {
@@ -903,25 +855,25 @@ class CudaBackend final : public Backend {
   }
   // One sequence's attention scores and probabilities for the GEMM path.
   void* attention_scores(size_t bytes) {
-    return attention_scores_.get<unsigned char>(bytes, s(), ledger_);
+    return attention_scores_.get<unsigned char>(bytes, compute_stream(), ledger_);
   }
 
   // The bf16 copy of an fp32 weight (OC, C) with OCp - OC zero rows after it.
   const bf16* weight_bf16_padded(const Tensor& w, int OC, int OCp, int C) {
     ECO_ASSERT(w.numel() == int64_t(OC) * C, "weight of {} elements where the GEMM reads {}",
                w.numel(), int64_t(OC) * C);
-    bf16* out = weight_bf16_.get<bf16>(size_t(OCp) * size_t(C), s(), ledger_);
-    ECO_CHECK_CUDA(cuda::f32_to_bf16(out, f32(w), int64_t(OC) * C, s()));
+    bf16* out = weight_bf16_.get<bf16>(size_t(OCp) * size_t(C), compute_stream(), ledger_);
+    ECO_CHECK_CUDA(cuda::f32_to_bf16(out, f32(w), int64_t(OC) * C, compute_stream()));
     ECO_CHECK_CUDA(cudaMemsetAsync(out + int64_t(OC) * C, 0,
-                                   sizeof(bf16) * size_t(OCp - OC) * size_t(C), s()));
+                                   sizeof(bf16) * size_t(OCp - OC) * size_t(C), compute_stream()));
     return out;
   }
 
   // The bf16 copy of an fp32 weight (n elements) for the next GEMM on the stream.
   const bf16* weight_bf16(const Tensor& w, int64_t n) {
     ECO_ASSERT(w.numel() == n, "weight of {} elements where the GEMM reads {}", w.numel(), n);
-    bf16* out = weight_bf16_.get<bf16>(size_t(n), s(), ledger_);
-    ECO_CHECK_CUDA(cuda::f32_to_bf16(out, f32(w), n, s()));
+    bf16* out = weight_bf16_.get<bf16>(size_t(n), compute_stream(), ledger_);
+    ECO_CHECK_CUDA(cuda::f32_to_bf16(out, f32(w), n, compute_stream()));
     return out;
   }
 
@@ -949,7 +901,7 @@ class CudaBackend final : public Backend {
 
   // Builds the update's buffers for the state dtype (fp32 or bf16 bits) and runs `launch`.
   template <class Launch>
-  void quantized_update(QTensor& q, const Tensor& master, const Tensor& grad, const Tensor& m,
+  void with_update_buffers(QTensor& q, const Tensor& master, const Tensor& grad, const Tensor& m,
                         const Tensor& v, const QuantizedStep& qs, Launch launch) {
     ECO_ASSERT(grad.numel() == q.numel() && m.numel() == q.numel(),
                "quantized update: grad {} / m {} elements for a ({}, {}) QTensor", grad.numel(),
@@ -971,16 +923,13 @@ class CudaBackend final : public Backend {
 
   // The same usage errors as the CPU driver's, named, before a kernel returns a bare
   // cudaErrorInvalidValue.
-  static void check_range(const QTensor& q, const RowRange& rows, bool split) {
+  static void check_range(const QTensor& q, const RowRange& rows) {
     const int64_t end = rows.end_row(q.rows);
     ECO_ASSERT(0 <= rows.begin && rows.begin <= end && end <= q.rows,
                "row range [{}, {}) of a tensor of {} rows", rows.begin, end, q.rows);
-    if (split) {
-      ECO_ASSERT(q.granularity == Granularity::PerTensor,
-                 "the split update is for per-tensor scales");
-    } else if (q.granularity == Granularity::PerTensor) {
+    if (q.granularity == Granularity::PerTensor) {
       ECO_ASSERT(rows.begin == 0 && end == q.rows,
-                 "rows [{}, {}) of a per-tensor-scaled tensor of {} rows: use the split update",
+                 "rows [{}, {}) of a per-tensor-scaled tensor of {} rows: its scale takes all rows",
                  rows.begin, end, q.rows);
     } else if (q.granularity == Granularity::Block128) {
       ECO_ASSERT(rows.begin % kScaleBlock == 0 && (end % kScaleBlock == 0 || end == q.rows),
@@ -988,34 +937,6 @@ class CudaBackend final : public Backend {
                  "on a block-row boundary (a multiple of {}) or at the tensor's end ({} rows)",
                  rows.begin, end, kScaleBlock, q.rows);
     }
-  }
-
-  template <class Launch>
-  TensorScaleSplit tensor_absmax(QTensor& q, const Tensor& master, const Tensor& grad,
-                                 const Tensor& m, const Tensor& v, const QuantizedStep& qs,
-                                 Launch launch) {
-    float* split_dev = nullptr;
-    quantized_update(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
-      split_dev = scratch;
-      return launch(b, scratch);
-    });
-    float h[2];
-    ECO_CHECK_CUDA(cudaMemcpyAsync(h, split_dev, sizeof h, cudaMemcpyDeviceToHost, s()));
-    synchronize();
-    return {h[0], h[1]};
-  }
-
-  template <class Launch>
-  void tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad, const Tensor& m,
-                     const Tensor& v, const QuantizedStep& qs, const TensorScaleSplit& split,
-                     Launch launch) {
-    quantized_update(q, master, grad, m, v, qs, [&](const auto& b, float* scratch) {
-      const float h[2] = {split.old_scale, split.absmax};
-      if (const cudaError_t e = cudaMemcpyAsync(scratch, h, sizeof h, cudaMemcpyHostToDevice, s());
-          e != cudaSuccess)
-        return e;
-      return launch(b, scratch);
-    });
   }
 
   // Declaration order is destruction order reversed: buffers go before the engine and the stream.
@@ -1032,7 +953,7 @@ class CudaBackend final : public Backend {
   GrowingScratch scratch_f32_{"cuda scratch (fp32)", sizeof(float)};
   GrowingScratch weight_bf16_{cuda_ws::kWeightBf16Name, sizeof(bf16)};
   GrowingScratch fp8_act_{cuda_ws::kFp8ActivationsName, 1};
-  cuda::MultiTensorPlan adamw_plan_, sgdm_plan_;  // device tables of the plain updates
+  cuda::MultiTensorPlan plain_plan_;  // device tables of the plain updates
   GrowingScratch attention_scores_{cuda_ws::kAttentionScoresName, 1};
   // The MoE layers': the router's bf16 dlogits, the sums, the dispatch's scratch and histogram,
   // the aux loss's weights.
@@ -1103,7 +1024,7 @@ std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator& host, B
     usage_error("the NCCL communicator moves the CUDA backend's device memory, but the backend "
                 "is '{}' (NCCL is for device: cuda)",
                 be.name());
-  return cuda::make_nccl_communicator(host, cuda_be->stream(), cuda_be->ledger(),
+  return cuda::make_nccl_communicator(host, cuda_be->compute_stream(), cuda_be->ledger(),
                                       cuda::kNcclRoundElems, cuda_be->side_stream());
 #else
   (void)host;

@@ -9,13 +9,13 @@
 
 namespace eco::cuda {
 
-void MultiTensorPlan::build(const std::vector<MultiTensorSlice>& slices, bool adamw,
+void MultiTensorPlan::build(const std::vector<MultiTensorSlice>& slices, bool with_v,
                             cudaStream_t s) {
   const auto same = [](const MultiTensorSlice& a, const MultiTensorSlice& b) {
     return a.param == b.param && a.grad == b.grad && a.m == b.m && a.v == b.v && a.n == b.n &&
            a.weight_decay == b.weight_decay;
   };
-  if (builds_ > 0 && adamw == last_adamw_ && slices.size() == last_.size() &&
+  if (builds_ > 0 && with_v == last_with_v_ && slices.size() == last_.size() &&
       std::equal(slices.begin(), slices.end(), last_.begin(), same))
     return;
   if (slices.size() > size_t(INT32_MAX))
@@ -24,9 +24,9 @@ void MultiTensorPlan::build(const std::vector<MultiTensorSlice>& slices, bool ad
   for (size_t i = 0; i < slices.size(); ++i) {
     const MultiTensorSlice& t = slices[i];
     if (t.n < 0) runtime_error("multi-tensor update: tensor {} has {} elements", i, t.n);
-    if (t.n > 0 && (!t.param || !t.grad || !t.m || (adamw && !t.v)))
+    if (t.n > 0 && (!t.param || !t.grad || !t.m || (with_v && !t.v)))
       runtime_error("multi-tensor update: tensor {} ({} elements) lacks param, grad, m{}", i,
-                    t.n, adamw ? " or v" : "");
+                    t.n, with_v ? " or v" : "");
     for (int64_t b = 0; b < t.n; b += kMultiTensorChunk)
       chunks.push_back({int32_t(i), int32_t(std::min(kMultiTensorChunk, t.n - b)), b});
   }
@@ -44,7 +44,7 @@ void MultiTensorPlan::build(const std::vector<MultiTensorSlice>& slices, bool ad
                                    cudaMemcpyHostToDevice, s));
   ECO_CHECK_CUDA(cudaStreamSynchronize(s));  // the host vectors die here
   last_ = slices;
-  last_adamw_ = adamw;
+  last_with_v_ = with_v;
   chunks_ = int64_t(chunks.size());
   ++builds_;
 }

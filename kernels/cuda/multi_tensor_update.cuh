@@ -1,7 +1,7 @@
-// Plain fp32 AdamW / SGDM steps of many tensors in one launch (the optimizer's unquantized
-// parameters: ~150 tensors in GPT-2, most of them bias and norm vectors of a few hundred
-// elements, each of which would otherwise be a launch of its own). Element math as
-// fp32_adamw_update / fp32_sgdm_update (src/base/math/optimizer_rules.h's rules), so the bits are theirs.
+// The plain fp32 steps of many tensors in one launch (the optimizer's unquantized parameters:
+// ~150 tensors in GPT-2, most of them bias and norm vectors of a few hundred elements, each of
+// which would otherwise be a launch of its own). Element math as fp32_plain_update (any rule of
+// src/base/math/optimizer_rules.h), so the bits are its.
 //
 // The work is cut into chunks of at most kMultiTensorChunk elements of one tensor; block b
 // updates chunk b. The tensor and chunk tables live on the device (MultiTensorPlan: built and
@@ -25,7 +25,7 @@ struct MultiTensorSlice {
   float* param = nullptr;
   const float* grad = nullptr;
   float* m = nullptr;
-  float* v = nullptr;  // AdamW only
+  float* v = nullptr;  // rules with a second moment (AdamW) only
   int64_t n = 0;
   float weight_decay = 0.0f;
 };
@@ -38,11 +38,12 @@ struct MultiTensorChunk {
 };
 
 // The device tables for a list of slices. build() checks the list (non-null buffers for n > 0,
-// n >= 0; v for AdamW) and throws eco::Error naming the slice otherwise.
+// n >= 0; v when with_v: the rule has a second moment) and throws eco::Error naming the slice
+// otherwise.
 class MultiTensorPlan {
  public:
   // Rebuilds (and uploads on stream s) only when the slices differ from the last call's.
-  void build(const std::vector<MultiTensorSlice>& slices, bool adamw, cudaStream_t s);
+  void build(const std::vector<MultiTensorSlice>& slices, bool with_v, cudaStream_t s);
   int64_t chunks() const { return chunks_; }
   const void* slice_table() const { return slices_dev_.get(); }
   const void* chunk_table() const { return chunks_dev_.get(); }
@@ -51,16 +52,14 @@ class MultiTensorPlan {
 
  private:
   std::vector<MultiTensorSlice> last_;
-  bool last_adamw_ = false;
+  bool last_with_v_ = false;
   DeviceBuffer slices_dev_, chunks_dev_;
   int64_t chunks_ = 0, builds_ = 0;
 };
 
-// The AdamW step of every slice of `plan` (c.weight_decay is replaced by each slice's).
-cudaError_t fp32_adamw_update_many(const MultiTensorPlan& plan, const AdamWCoeffs& c,
+// The plain step of step's rule on every slice of `plan` (step.weight_decay is replaced by each
+// slice's).
+cudaError_t fp32_plain_update_many(const MultiTensorPlan& plan, const RuleStep& step,
                                    cudaStream_t s = nullptr);
-// The SGDM step of every slice of `plan` (c.weight_decay is replaced by each slice's).
-cudaError_t fp32_sgdm_update_many(const MultiTensorPlan& plan, const SgdmCoeffs& c,
-                                  cudaStream_t s = nullptr);
 
 }  // namespace eco::cuda

@@ -205,17 +205,18 @@ template <class Rule>
 __host__ __device__ bool injection_skipped(const Rule& r) { return !r.injects(); }
 
 // AdamW's bias corrections made a compile-time constant (AdamWRule::unbiased(): bc1 == bc2 == 1
-// skips two divisions per element): true only in the kernels the host launches after checking
-// it; false everywhere else, which divides by bc1 and bc2 even when they are 1, with the same
-// bits, so that no kernel carries both paths for every element.
-template <bool kUnbiased>
-__device__ void fix_unbiased(AdamWRule<>& r) {
-  r.fix_unbiased(kUnbiased);
+// skips two divisions per element; rules with Rule::kBiasCorrected): true only in the kernels
+// the host launches after checking it; false everywhere else, which divides by bc1 and bc2 even
+// when they are 1, with the same bits, so that no kernel carries both paths for every element.
+template <bool kUnbiased, class Rule>
+__device__ void fix_unbiased(Rule& r) {
+  if constexpr (Rule::kBiasCorrected) r.fix_unbiased(kUnbiased);
 }
-template <bool kUnbiased>
-__device__ void fix_unbiased(SgdmRule<>&) {}
-bool unbiased(const AdamWRule<>& r) { return r.unbiased(); }
-bool unbiased(const SgdmRule<>&) { return false; }
+template <class Rule>
+bool unbiased(const Rule& r) {
+  if constexpr (Rule::kBiasCorrected) return r.unbiased();
+  else return false;
+}
 
 // grid (ceil((row_end - row_begin) / teams)), block (team_threads, teams): team threadIdx.y of
 // block x updates row row_begin + x * teams + threadIdx.y (PerRow scales), lane threadIdx.x
@@ -527,8 +528,8 @@ void launch_registers(const Rule& rule, const FormatQuantizer& q, UpdatePolicy p
   const bool sr = q.rounding == Rounding::SR;
   // The Eco E4M3 kernels also come without AdamW's bias-correction divisions, for the steps
   // where they are 1 (most of a run: AdamWRule::unbiased()).
-  constexpr bool kAdamW = std::is_same_v<Rule, AdamWRule<>>;
-  const bool skip_bc = kAdamW && unbiased(rule);
+  constexpr bool kBc = Rule::kBiasCorrected;
+  const bool skip_bc = kBc && unbiased(rule);
   if (!quad_aligned(b, policy, q.format, cols, Rule::kHasV, r.key)) {
     run(quantized_update_registers_kernel<Rule, S, kQuads, false, kAny, kAny, kAny, false>);
   } else if (q.format != QFormat::E4M3) {
@@ -537,7 +538,7 @@ void launch_registers(const Rule& rule, const FormatQuantizer& q, UpdatePolicy p
     auto e4m3 = [&](auto rounding) {
       constexpr int kR = decltype(rounding)::value;
       if (eco && skip_bc)
-        run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kR, kEco, kAdamW>);
+        run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kR, kEco, kBc>);
       else if (eco)
         run(quantized_update_registers_kernel<Rule, S, kQuads, true, kE4m3, kR, kEco, false>);
       else
@@ -676,29 +677,24 @@ cudaError_t tensor_finish(const Rule& rule, const FormatQuantizer& q, UpdatePoli
 // Thread t updates elements [4t, 4t + 4) (kVec: one float4 of each buffer), then the tail
 // n - n % 4 .. n - 1 is done by the first n % 4 threads. The rule's plain step
 // (optimizer_rules.h), as the CPU loop: the same bits.
-__device__ void plain_step(const AdamWRule<>& r, float& w, float g, float& m, float& v) {
-  w = r.step(w, g, m, v);
-}
-__device__ void plain_step(const SgdmRule<>& r, float& w, float g, float& m, float& /*v*/) {
-  w = r.step(w, g, m);
-}
-
 template <class Rule, bool kVec>
 __global__ void __launch_bounds__(kElementwiseThreads)
     fp32_plain_kernel(float* __restrict__ param, const float* __restrict__ grad,
                       float* __restrict__ m, float* __restrict__ v, int64_t n, Rule rule) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   float v_unused = 0.0f;
-  auto step = [&](int64_t i) { plain_step(rule, param[i], grad[i], m[i], Rule::kHasV ? v[i] : v_unused); };
+  auto step = [&](int64_t i) {
+    param[i] = rule.step(param[i], grad[i], m[i], Rule::kHasV ? v[i] : v_unused);
+  };
   if (t < n / 4) {
     if constexpr (kVec) {
       float4 p = reinterpret_cast<float4*>(param)[t], mm = reinterpret_cast<float4*>(m)[t];
       float4 vv = Rule::kHasV ? reinterpret_cast<float4*>(v)[t] : float4{};
       const float4 g = reinterpret_cast<const float4*>(grad)[t];
-      plain_step(rule, p.x, g.x, mm.x, vv.x);
-      plain_step(rule, p.y, g.y, mm.y, vv.y);
-      plain_step(rule, p.z, g.z, mm.z, vv.z);
-      plain_step(rule, p.w, g.w, mm.w, vv.w);
+      p.x = rule.step(p.x, g.x, mm.x, vv.x);
+      p.y = rule.step(p.y, g.y, mm.y, vv.y);
+      p.z = rule.step(p.z, g.z, mm.z, vv.z);
+      p.w = rule.step(p.w, g.w, mm.w, vv.w);
       reinterpret_cast<float4*>(param)[t] = p;
       reinterpret_cast<float4*>(m)[t] = mm;
       if constexpr (Rule::kHasV) reinterpret_cast<float4*>(v)[t] = vv;
@@ -746,86 +742,60 @@ bool group_kernel_fits(GroupKernel kernel, Granularity granularity, int64_t rows
          register_launch(kernel, granularity, cols).quads != 0;
 }
 
+// The entry points build the step's rule (with_rule) and run the launchers above on it.
 template <class S>
-cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                   UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                   float* scales, int64_t rows, int64_t cols,
-                                   Granularity granularity, float* scratch, cudaStream_t s,
-                                   GroupKernel kernel, const RowRange& range) {
-  return launch_quantized_update(AdamWRule<>{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s, kernel, range);
+cudaError_t quantized_update(const RuleStep& step, const FormatQuantizer& q, UpdatePolicy policy,
+                             const QuantizedUpdateBuffers<S>& b, float* scales, int64_t rows,
+                             int64_t cols, Granularity granularity, float* scratch,
+                             cudaStream_t s, GroupKernel kernel, const RowRange& range) {
+  return with_rule(step, [&](const auto& rule) {
+    return launch_quantized_update(rule, q, policy, b, scales, rows, cols, granularity, scratch,
+                                   s, kernel, range);
+  });
 }
 template <class S>
-cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                  UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                  float* scales, int64_t rows, int64_t cols,
-                                  Granularity granularity, float* scratch, cudaStream_t s,
-                                  GroupKernel kernel, const RowRange& range) {
-  return launch_quantized_update(SgdmRule<>{c}, q, policy, b, scales, rows, cols, granularity,
-                                 scratch, s, kernel, range);
+cudaError_t quantized_update_tensor_absmax(const RuleStep& step, const FormatQuantizer& q,
+                                           UpdatePolicy policy,
+                                           const QuantizedUpdateBuffers<S>& b,
+                                           const float* scales, int64_t rows, int64_t cols,
+                                           const RowRange& range, float* scratch,
+                                           cudaStream_t s) {
+  return with_rule(step, [&](const auto& rule) {
+    return tensor_absmax(rule, q, policy, b, scales, rows, cols, range, scratch, s);
+  });
 }
 template <class S>
-cudaError_t quantized_adamw_tensor_absmax(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                          UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                          const float* scales, int64_t rows, int64_t cols,
-                                          const RowRange& range, float* scratch, cudaStream_t s) {
-  return tensor_absmax(AdamWRule<>{c}, q, policy, b, scales, rows, cols, range, scratch, s);
-}
-template <class S>
-cudaError_t quantized_sgdm_tensor_absmax(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                         UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                         const float* scales, int64_t rows, int64_t cols,
-                                         const RowRange& range, float* scratch, cudaStream_t s) {
-  return tensor_absmax(SgdmRule<>{c}, q, policy, b, scales, rows, cols, range, scratch, s);
-}
-template <class S>
-cudaError_t quantized_adamw_tensor_finish(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                          UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                          float* scales, int64_t rows, int64_t cols,
-                                          const RowRange& range, const float* split,
-                                          cudaStream_t s) {
-  return tensor_finish(AdamWRule<>{c}, q, policy, b, scales, rows, cols, range, split, s);
-}
-template <class S>
-cudaError_t quantized_sgdm_tensor_finish(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                         UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                         float* scales, int64_t rows, int64_t cols,
-                                         const RowRange& range, const float* split,
-                                         cudaStream_t s) {
-  return tensor_finish(SgdmRule<>{c}, q, policy, b, scales, rows, cols, range, split, s);
+cudaError_t quantized_update_tensor_finish(const RuleStep& step, const FormatQuantizer& q,
+                                           UpdatePolicy policy,
+                                           const QuantizedUpdateBuffers<S>& b, float* scales,
+                                           int64_t rows, int64_t cols, const RowRange& range,
+                                           const float* split, cudaStream_t s) {
+  return with_rule(step, [&](const auto& rule) {
+    return tensor_finish(rule, q, policy, b, scales, rows, cols, range, split, s);
+  });
 }
 
 #define ECO_INSTANTIATE_QUANTIZED_UPDATE(S)                                                      \
-  template cudaError_t quantized_adamw_update<S>(                                                \
-      const AdamWCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&, \
-      float*, int64_t, int64_t, Granularity, float*, cudaStream_t, GroupKernel, const RowRange&); \
-  template cudaError_t quantized_sgdm_update<S>(                                                 \
-      const SgdmCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&,  \
-      float*, int64_t, int64_t, Granularity, float*, cudaStream_t, GroupKernel, const RowRange&); \
-  template cudaError_t quantized_adamw_tensor_absmax<S>(                                         \
-      const AdamWCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&, \
+  template cudaError_t quantized_update<S>(const RuleStep&, const FormatQuantizer&, UpdatePolicy, \
+                                           const QuantizedUpdateBuffers<S>&, float*, int64_t,     \
+                                           int64_t, Granularity, float*, cudaStream_t,            \
+                                           GroupKernel, const RowRange&);                         \
+  template cudaError_t quantized_update_tensor_absmax<S>(                                        \
+      const RuleStep&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&,    \
       const float*, int64_t, int64_t, const RowRange&, float*, cudaStream_t);                    \
-  template cudaError_t quantized_sgdm_tensor_absmax<S>(                                          \
-      const SgdmCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&,  \
-      const float*, int64_t, int64_t, const RowRange&, float*, cudaStream_t);                    \
-  template cudaError_t quantized_adamw_tensor_finish<S>(                                         \
-      const AdamWCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&, \
-      float*, int64_t, int64_t, const RowRange&, const float*, cudaStream_t);                    \
-  template cudaError_t quantized_sgdm_tensor_finish<S>(                                          \
-      const SgdmCoeffs&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&,  \
+  template cudaError_t quantized_update_tensor_finish<S>(                                        \
+      const RuleStep&, const FormatQuantizer&, UpdatePolicy, const QuantizedUpdateBuffers<S>&,    \
       float*, int64_t, int64_t, const RowRange&, const float*, cudaStream_t);
 ECO_INSTANTIATE_QUANTIZED_UPDATE(float)
 ECO_INSTANTIATE_QUANTIZED_UPDATE(uint16_t)
 #undef ECO_INSTANTIATE_QUANTIZED_UPDATE
 
-cudaError_t fp32_adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                              const AdamWCoeffs& c, cudaStream_t s) {
-  return launch_plain(param, grad, m, v, n, AdamWRule<>{c}, s);
-}
-
-cudaError_t fp32_sgdm_update(float* param, const float* grad, float* m, int64_t n,
-                             const SgdmCoeffs& c, cudaStream_t s) {
-  return launch_plain(param, grad, m, nullptr, n, SgdmRule<>{c}, s);
+cudaError_t fp32_plain_update(float* param, const float* grad, float* m, float* v, int64_t n,
+                              const RuleStep& step, cudaStream_t s) {
+  return with_rule(step, [&](const auto& rule) {
+    return launch_plain(param, grad, m, std::decay_t<decltype(rule)>::kHasV ? v : nullptr, n,
+                        rule, s);
+  });
 }
 
 }  // namespace eco::cuda

@@ -1,6 +1,7 @@
 // Host entry points of the optimizer-update kernels (see optimizer_update.cu): the fused update
 // of a weight that lives only as codes + scales (ECO.md, src/base/math/eco_update.h), and the
-// plain fp32 AdamW / SGDM steps of unquantized parameters.
+// plain fp32 step of an unquantized parameter. Each takes the rule as data (RuleStep,
+// src/base/math/optimizer_rules.h) and runs every rule registered there (with_rule).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -28,7 +29,8 @@ namespace eco::cuda {
 //
 // Launch assumptions, checked here (cudaErrorInvalidValue otherwise):
 //   rows >= 0, 1 <= cols, rows < 2^31, cols < 2^31; codes, grad, m, scales non-null when
-//   rows > 0; v non-null for AdamW; master non-null under UpdatePolicy::Master;
+//   rows > 0; v non-null for a rule with a second moment (AdamW); master non-null under
+//   UpdatePolicy::Master;
 //   INT4 with PerRow or Block128 groups: cols even (a code byte never spans two groups);
 //   PerTensor: scratch holds quantized_update_scratch_floats(...) floats (else may be null);
 //   a forced GroupKernel must fit the groups (group_kernel_fits).
@@ -57,21 +59,13 @@ bool group_kernel_fits(GroupKernel kernel, Granularity granularity, int64_t rows
 // The update of rows `range` (all rows by default; RowRange: element i draws its SR bits as global
 // index i + range.key_offset(cols)). Block128: the range starts and ends on block-row boundaries
 // (or the tensor's end); PerTensor: all rows only (ranges take the split below); otherwise
-// cudaErrorInvalidValue. S: float or uint16_t (bf16 bits).
+// cudaErrorInvalidValue. S: float or uint16_t (bf16 bits). b.v: for rules with a second moment.
 template <class S>
-cudaError_t quantized_adamw_update(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                   UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                   float* scales, int64_t rows, int64_t cols,
-                                   Granularity granularity, float* scratch,
-                                   cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto,
-                                   const RowRange& range = {});
-template <class S>
-cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                  UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                  float* scales, int64_t rows, int64_t cols,
-                                  Granularity granularity, float* scratch,
-                                  cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto,
-                                  const RowRange& range = {});
+cudaError_t quantized_update(const RuleStep& step, const FormatQuantizer& q, UpdatePolicy policy,
+                             const QuantizedUpdateBuffers<S>& b, float* scales, int64_t rows,
+                             int64_t cols, Granularity granularity, float* scratch,
+                             cudaStream_t s = nullptr, GroupKernel kernel = GroupKernel::Auto,
+                             const RowRange& range = {});
 
 // The split update of a PerTensor-scaled weight over row ranges (TensorScaleSplit; the CPU
 // driver's quantized_update_tensor_absmax / _finish). absmax: pass 1 over the range, 2 kernels;
@@ -80,38 +74,25 @@ cudaError_t quantized_sgdm_update(const SgdmCoeffs& c, const FormatQuantizer& q,
 // range with the combined split at `split` (2 device floats: may be the scratch), 1 kernel;
 // writes scales[0] = q.scale_for(split[1]). Every range's absmax runs before any range's finish.
 template <class S>
-cudaError_t quantized_adamw_tensor_absmax(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                          UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                          const float* scales, int64_t rows, int64_t cols,
-                                          const RowRange& range, float* scratch,
-                                          cudaStream_t s = nullptr);
+cudaError_t quantized_update_tensor_absmax(const RuleStep& step, const FormatQuantizer& q,
+                                           UpdatePolicy policy,
+                                           const QuantizedUpdateBuffers<S>& b,
+                                           const float* scales, int64_t rows, int64_t cols,
+                                           const RowRange& range, float* scratch,
+                                           cudaStream_t s = nullptr);
 template <class S>
-cudaError_t quantized_sgdm_tensor_absmax(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                         UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                         const float* scales, int64_t rows, int64_t cols,
-                                         const RowRange& range, float* scratch,
-                                         cudaStream_t s = nullptr);
-template <class S>
-cudaError_t quantized_adamw_tensor_finish(const AdamWCoeffs& c, const FormatQuantizer& q,
-                                          UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                          float* scales, int64_t rows, int64_t cols,
-                                          const RowRange& range, const float* split,
-                                          cudaStream_t s = nullptr);
-template <class S>
-cudaError_t quantized_sgdm_tensor_finish(const SgdmCoeffs& c, const FormatQuantizer& q,
-                                         UpdatePolicy policy, const QuantizedUpdateBuffers<S>& b,
-                                         float* scales, int64_t rows, int64_t cols,
-                                         const RowRange& range, const float* split,
-                                         cudaStream_t s = nullptr);
+cudaError_t quantized_update_tensor_finish(const RuleStep& step, const FormatQuantizer& q,
+                                           UpdatePolicy policy,
+                                           const QuantizedUpdateBuffers<S>& b, float* scales,
+                                           int64_t rows, int64_t cols, const RowRange& range,
+                                           const float* split, cudaStream_t s = nullptr);
 
-// ---- plain fp32 steps (embeddings, head, norm gains) ---------------------------------------
-// param, grad, m, v (n) fp32, updated in place element by element with AdamWRule /
-// SgdmRule's plain step (optimizer_rules.h): bit-identical to the CPU backend's loops. float4 loads and stores
-// when every pointer is 16-byte aligned, scalar otherwise. Null pointers with n > 0 or n < 0:
-// cudaErrorInvalidValue.
-cudaError_t fp32_adamw_update(float* param, const float* grad, float* m, float* v, int64_t n,
-                              const AdamWCoeffs& c, cudaStream_t s = nullptr);
-cudaError_t fp32_sgdm_update(float* param, const float* grad, float* m, int64_t n,
-                             const SgdmCoeffs& c, cudaStream_t s = nullptr);
+// ---- the plain fp32 step (embeddings, head, norm gains) ------------------------------------
+// param, grad, m, v (n) fp32, updated in place element by element with the rule's plain step
+// (optimizer_rules.h): bit-identical to the CPU backend's loops. v: for rules with a second
+// moment (else ignored, may be null). float4 loads and stores when every pointer is 16-byte
+// aligned, scalar otherwise. Null pointers with n > 0 or n < 0: cudaErrorInvalidValue.
+cudaError_t fp32_plain_update(float* param, const float* grad, float* m, float* v, int64_t n,
+                              const RuleStep& step, cudaStream_t s = nullptr);
 
 }  // namespace eco::cuda

@@ -68,14 +68,4 @@ void check_sum_segments(const Tensor& x, const std::vector<SumSegment>& segs) {
   }
 }
 
-void Backend::adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWCoeffs& c) {
-  for (const PlainUpdate& t : ts)
-    adamw_update(t.param, t.grad, t.m, t.v, t.n, with_weight_decay(c, t.weight_decay));
-}
-
-void Backend::sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmCoeffs& c) {
-  for (const PlainUpdate& t : ts)
-    sgdm_update(t.param, t.grad, t.m, t.n, with_weight_decay(c, t.weight_decay));
-}
-
 }  // namespace eco

@@ -45,10 +45,13 @@ struct WorkspaceShapes {
 // sliding-window causal attention with a query scale.
 
 // One tensor of a plain (unquantized) update: param, grad, m (and v for AdamW) of n elements.
+// cols: the parameter's row length (a 1-D parameter: its length), so that a rule whose direction
+// stage works on the 2-D parameter sees n / cols whole rows of it.
 struct PlainUpdate {
   Tensor param, grad, m, v;
   int64_t n = 0;
   float weight_decay = 0.0f;
+  int64_t cols = 0;
 };
 
 // How a quantized parameter is updated this step (the treatment's policy and rounding), and
@@ -329,9 +332,6 @@ class Backend {
                                          int OC);
 
   // ---- optimizer ----------------------------------------------------------------------------
-  // The step's coefficients (src/base/math/optimizer_rules.h) come from the optimizer, built
-  // once per step, and reach the element math unchanged; the per-parameter weight decay is
-  // already in them (the *_many updates take it from each PlainUpdate).
   virtual double sum_squares(const Tensor& x, int64_t n) = 0;
   // out[k] = the sum over i in [segs[k].offset, segs[k].offset + segs[k].length) of
   // double(x[i])^2, for every k (SumSegment: src/base/math/sum_segment.h, elements of x viewed
@@ -342,54 +342,24 @@ class Backend {
   // nothing. A segment outside x is an error naming it (check_sum_segments).
   virtual void sum_squares_segments(const Tensor& x, const std::vector<SumSegment>& segs,
                                     double* out) = 0;
-  // One AdamW step over n elements of a parameter (param, grad, m, v are parallel arrays).
-  virtual void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, int64_t n, const AdamWCoeffs& c) = 0;
-  virtual void sgdm_update(const Tensor& param, const Tensor& grad, const Tensor& m, int64_t n,
-                           const SgdmCoeffs& c) = 0;
-  // The plain steps of many tensors at once (the optimizer's unquantized parameters), each with
-  // its own weight decay (c.weight_decay is replaced by it). The defaults call adamw_update /
-  // sgdm_update per tensor; CUDA runs them all in one launch, with the same bits.
-  virtual void adamw_update_many(const std::vector<PlainUpdate>& ts, const AdamWCoeffs& c);
-  virtual void sgdm_update_many(const std::vector<PlainUpdate>& ts, const SgdmCoeffs& c);
+  // The two updates take the rule as data: a RuleStep (src/base/math/optimizer_rules.h: which
+  // rule, its hyperparameters and the step's terms), built once per step by the optimizer, which
+  // every backend hands unchanged to the rule's element math (with_rule), so that a rule added
+  // there runs on every backend with the same bits and no change here.
+  // The plain steps of the unquantized tensors ts (param, grad, m, and v where the rule has one,
+  // in the backend's dtype), each with its own weight decay (step.weight_decay is replaced by
+  // it). CUDA runs them all in one launch.
+  virtual void plain_update(const std::vector<PlainUpdate>& ts, const RuleStep& step) = 0;
   // The fused update of a quantized parameter (src/base/math/eco_update.h), one scale group at
   // a time: moments, theta (never stored), new scale, codes, and under ECO the error into m.
-  // master is the fp32 master copy (Master policy) or empty; m, v are fp32 or bf16; all of them
-  // hold the whole tensor. `rows`: the rows to update (all by default) and the global index of
-  // their first element, which keys the SR draws (RowRange): updating the ranges of a partition
-  // one by one gives the whole-tensor bits. Block128 ranges start and end on block-row
-  // boundaries; a PerTensor tensor takes only all rows here (ranges: the split below).
-  virtual void quantized_adamw_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                                      const Tensor& m, const Tensor& v, const AdamWCoeffs& c,
-                                      const QuantizedStep& qs, const RowRange& rows = {}) = 0;
-  virtual void quantized_sgdm_update(QTensor& q, const Tensor& master, const Tensor& grad,
-                                     const Tensor& m, const SgdmCoeffs& c,
-                                     const QuantizedStep& qs, const RowRange& rows = {}) = 0;
-  // The split update of a PerTensor-scaled parameter over row ranges (TensorScaleSplit): pass 1
-  // of every range (moments stored; returns the old scale and the range's absmax |theta|), the
-  // caller combines the ranges' results (combine(); across ranks: an all_reduce(max)), then
-  // pass 2 of every range with the combined split (codes, ECO's injection, the new scale).
-  // Every range's pass 1 must run before any range's pass 2.
-  virtual TensorScaleSplit quantized_adamw_tensor_absmax(QTensor& q, const Tensor& master,
-                                                         const Tensor& grad, const Tensor& m,
-                                                         const Tensor& v, const AdamWCoeffs& c,
-                                                         const QuantizedStep& qs,
-                                                         const RowRange& rows) = 0;
-  virtual void quantized_adamw_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
-                                             const Tensor& m, const Tensor& v,
-                                             const AdamWCoeffs& c, const QuantizedStep& qs,
-                                             const TensorScaleSplit& split,
-                                             const RowRange& rows) = 0;
-  virtual TensorScaleSplit quantized_sgdm_tensor_absmax(QTensor& q, const Tensor& master,
-                                                        const Tensor& grad, const Tensor& m,
-                                                        const SgdmCoeffs& c,
-                                                        const QuantizedStep& qs,
-                                                        const RowRange& rows) = 0;
-  virtual void quantized_sgdm_tensor_finish(QTensor& q, const Tensor& master, const Tensor& grad,
-                                            const Tensor& m, const SgdmCoeffs& c,
-                                            const QuantizedStep& qs,
-                                            const TensorScaleSplit& split,
-                                            const RowRange& rows) = 0;
+  // master is the fp32 master copy (Master policy) or empty; m, v (v where the rule has one) are
+  // fp32 or bf16; all of them hold the whole tensor. `rows`: the rows to update (all by default)
+  // and the global index of their first element, which keys the SR draws (RowRange): updating
+  // the ranges of a partition one by one gives the whole-tensor bits. Block128 ranges start and
+  // end on block-row boundaries; a PerTensor tensor takes only all rows.
+  virtual void quantized_update(QTensor& q, const Tensor& master, const Tensor& grad,
+                                const Tensor& m, const Tensor& v, const RuleStep& step,
+                                const QuantizedStep& qs, const RowRange& rows = {}) = 0;
 
  protected:
   MemoryLedger ledger_;

@@ -143,11 +143,11 @@ void Optimizer::step(double lr, double grad_norm) {
   ParamStore& store = model_.store();
   const Treatment& tr = store.treatment();
   const auto& specs = model_.table().specs;
-  // The step's coefficients, once (AdamW: the bias corrections in double, rounded once to
-  // float); each parameter gets them with its own weight decay.
-  const AdamWCoeffs adamw = adamw_coeffs(float(lr), float(cfg_.beta1), float(cfg_.beta2),
-                                         float(cfg_.eps), 0.0f, grad_scale, t_);
-  const SgdmCoeffs sgdm{float(lr), float(cfg_.beta1), 0.0f, grad_scale};
+  // The step's rule and coefficients, once (AdamW: the bias corrections in double, rounded once
+  // to float); each parameter gets them with its own weight decay.
+  const RuleStep rule = adamw_ ? adamw_step(float(lr), float(cfg_.beta1), float(cfg_.beta2),
+                                            float(cfg_.eps), 0.0f, grad_scale, t_)
+                               : sgdm_step(float(lr), float(cfg_.beta1), 0.0f, grad_scale);
   // Unquantized parameters are updated together after the loop (one launch on CUDA).
   plain_.clear();
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -161,7 +161,8 @@ void Optimizer::step(double lr, double grad_norm) {
       return !sharded() || t.empty() ? t : t.slice(r0 * cols, {n});
     };
     if (!store.quantized(i)) {
-      plain_.push_back({rows_of(store.value(i)), rows_of(model_.grad(i)), m_[i], v_[i], n, wd});
+      plain_.push_back(
+          {rows_of(store.value(i)), rows_of(model_.grad(i)), m_[i], v_[i], n, wd, cols});
       continue;
     }
     const QuantizedStep qs{tr.policy, tr.rounding, seed_, uint64_t(t_), uint32_t(i)};
@@ -171,18 +172,9 @@ void Optimizer::step(double lr, double grad_norm) {
     QTensor& q = sharded() ? part : whole;
     const RowRange rows = sharded() ? RowRange{0, -1, r0 * cols} : RowRange{};
     const Tensor master = rows_of(store.value(i)), grad = rows_of(model_.grad(i));
-    if (adamw_)
-      be.quantized_adamw_update(q, master, grad, m_[i], v_[i], with_weight_decay(adamw, wd), qs,
-                                rows);
-    else
-      be.quantized_sgdm_update(q, master, grad, m_[i], with_weight_decay(sgdm, wd), qs, rows);
+    be.quantized_update(q, master, grad, m_[i], v_[i], with_weight_decay(rule, wd), qs, rows);
   }
-  if (!plain_.empty()) {
-    if (adamw_)
-      be.adamw_update_many(plain_, adamw);
-    else
-      be.sgdm_update_many(plain_, sgdm);
-  }
+  if (!plain_.empty()) be.plain_update(plain_, rule);
   if (sharded()) all_gather_weights();
 }
 

@@ -1,7 +1,7 @@
 // kernels/cuda/multi_tensor_update.cu (emulated; + the plan of multi_tensor_update.cpp, its
-// tables "uploaded" by the shim's cudaMemcpyAsync): fp32_adamw_update_many /
-// fp32_sgdm_update_many against the per-tensor kernels fp32_adamw_update / fp32_sgdm_update
-// (optimizer_update.cu, emulated) and the CPU loops (optimizer_rules.h's AdamWRule / SgdmRule steps), bit for bit over 3
+// tables "uploaded" by the shim's cudaMemcpyAsync): fp32_plain_update_many against the
+// per-tensor kernel fp32_plain_update (optimizer_update.cu, emulated) and the CPU loops
+// (optimizer_rules.h's AdamWRule / SgdmRule steps), under AdamW and SGDM, bit for bit over 3
 // steps: params, m, v. Tensors of sizes {0, 1, 3, 768, chunk - 1, chunk, chunk + 1,
 // 3 chunks + 7, 50000} in five groups of buffer misalignments (all aligned, all one float off,
 // only grad, only v, two of four); distinct weight decays; 0xFF gaps between tensors that must
@@ -109,22 +109,19 @@ void run(Tally& tally, bool adamw) {
     plan.build(slices, adamw, nullptr);
     check(plan.chunks() == chunks_expected, "chunks " + std::to_string(plan.chunks()));
     const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f;
-    const eco::AdamWCoeffs ac = eco::adamw_coeffs(lr, b1, b2, 1e-8f, 0.0f, 0.5f, step);
-    const eco::SgdmCoeffs sc{0.05f, 0.9f, 0.0f, 0.5f};
-    check((adamw ? ec::fp32_adamw_update_many(plan, ac) : ec::fp32_sgdm_update_many(plan, sc)) ==
-              cudaSuccess,
-          "launch");
+    const eco::RuleStep ac = eco::adamw_step(lr, b1, b2, 1e-8f, 0.0f, 0.5f, step);
+    const eco::RuleStep sc = eco::sgdm_step(0.05f, 0.9f, 0.0f, 0.5f);
+    check(ec::fp32_plain_update_many(plan, adamw ? ac : sc) == cudaSuccess, "launch");
     for (size_t t = 0; t < l.n.size(); ++t) {
       const int64_t n = l.n[t];
       float* p = pw.data() + l.off[t][0];
       const float* gg = g.data() + l.off[t][1];
       float* m = pm.data() + l.off[t][2];
       float* v = pv.data() + l.off[t][3];
-      eco::AdamWCoeffs a = ac;
-      eco::SgdmCoeffs s = sc;
+      eco::RuleStep a = ac;
+      eco::RuleStep s = sc;
       a.weight_decay = s.weight_decay = l.wd[t];
-      check((adamw ? ec::fp32_adamw_update(p, gg, m, v, n, a)
-                   : ec::fp32_sgdm_update(p, gg, m, n, s)) == cudaSuccess,
+      check(ec::fp32_plain_update(p, gg, m, adamw ? v : nullptr, n, adamw ? a : s) == cudaSuccess,
             "per-tensor launch");
       const std::vector<float> gh = g.host();
       for (int64_t i = 0; i < n; ++i) {

@@ -80,15 +80,15 @@ void run_case(emuh::Tally& tally, bool adamw, UpdatePolicy policy, Rounding roun
     cudaError_t e;
     if (adamw) {
       const int64_t t = bias_step > 0 ? bias_step : step;
-      const AdamWCoeffs c = adamw_coeffs(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t);
+      const RuleStep c = adamw_step(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t);
       quantized_update_matrix(AdamWRule<>{c}, fq, policy, hb, scales.data(), rows, cols, gran);
-      e = cuda::quantized_adamw_update(c, fq, policy, db, d_scales.data(), rows, cols, gran,
-                                       scratch.data(), nullptr, kernel);
+      e = cuda::quantized_update(c, fq, policy, db, d_scales.data(), rows, cols, gran,
+                                 scratch.data(), nullptr, kernel);
     } else {
-      const SgdmCoeffs c{0.05f, 0.9f, 0.1f, 0.7f};
+      const RuleStep c = sgdm_step(0.05f, 0.9f, 0.1f, 0.7f);
       quantized_update_matrix(SgdmRule<>{c}, fq, policy, hb, scales.data(), rows, cols, gran);
-      e = cuda::quantized_sgdm_update(c, fq, policy, db, d_scales.data(), rows, cols, gran,
-                                      scratch.data(), nullptr, kernel);
+      e = cuda::quantized_update(c, fq, policy, db, d_scales.data(), rows, cols, gran,
+                                 scratch.data(), nullptr, kernel);
     }
     long first = -1;
     std::string bad;
@@ -208,8 +208,8 @@ void run_ranges_case(emuh::Tally& tally, bool adamw, UpdatePolicy policy, Roundi
                                                 adamw ? v.data() : nullptr};
   const QuantizedUpdateBuffers<float, float> db{d_codes.data(), d_master.data(), grad.data(),
                                                 d_m.data(), adamw ? d_v.data() : nullptr};
-  const AdamWCoeffs ac = adamw_coeffs(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, 3);
-  const SgdmCoeffs sc{0.05f, 0.9f, 0.1f, 0.7f};
+  const RuleStep ac = adamw_step(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, 3);
+  const RuleStep sc = sgdm_step(0.05f, 0.9f, 0.1f, 0.7f);
   if (adamw) quantized_update_matrix(AdamWRule<>{ac}, fq, policy, hb, scales.data(), rows, cols, gran);
   else quantized_update_matrix(SgdmRule<>{sc}, fq, policy, hb, scales.data(), rows, cols, gran);
   std::string bad;
@@ -219,26 +219,20 @@ void run_ranges_case(emuh::Tally& tally, bool adamw, UpdatePolicy policy, Roundi
   };
   if (gran != Granularity::PerTensor) {
     for (size_t k = 0; k + 1 < cuts.size(); ++k)
-      check(adamw ? cuda::quantized_adamw_update(ac, fq, policy, db, d_scales.data(), rows, cols, gran,
-                                                 scratch.data(), nullptr, kernel, range(k))
-                  : cuda::quantized_sgdm_update(sc, fq, policy, db, d_scales.data(), rows, cols, gran,
-                                                scratch.data(), nullptr, kernel, range(k)));
+      check(cuda::quantized_update(adamw ? ac : sc, fq, policy, db, d_scales.data(), rows, cols,
+                                   gran, scratch.data(), nullptr, kernel, range(k)));
   } else {
     TensorScaleSplit split{0.0f, 0.0f};
     for (size_t k = 0; k + 1 < cuts.size(); ++k) {
-      check(adamw ? cuda::quantized_adamw_tensor_absmax(ac, fq, policy, db, d_scales.data(), rows, cols,
-                                                        range(k), scratch.data())
-                  : cuda::quantized_sgdm_tensor_absmax(sc, fq, policy, db, d_scales.data(), rows, cols,
-                                                       range(k), scratch.data()));
+      check(cuda::quantized_update_tensor_absmax(adamw ? ac : sc, fq, policy, db, d_scales.data(),
+                                                 rows, cols, range(k), scratch.data()));
       const TensorScaleSplit part{scratch[0], scratch[1]};
       split = k == 0 ? part : combine(split, part);
     }
     const std::vector<float> combined{split.old_scale, split.absmax};
     for (size_t k = 0; k + 1 < cuts.size(); ++k)
-      check(adamw ? cuda::quantized_adamw_tensor_finish(ac, fq, policy, db, d_scales.data(), rows, cols,
-                                                        range(k), combined.data())
-                  : cuda::quantized_sgdm_tensor_finish(sc, fq, policy, db, d_scales.data(), rows, cols,
-                                                       range(k), combined.data()));
+      check(cuda::quantized_update_tensor_finish(adamw ? ac : sc, fq, policy, db, d_scales.data(),
+                                                 rows, cols, range(k), combined.data()));
   }
   long first = -1;
   auto diff = [&](const char* what, long k) {

@@ -1,5 +1,5 @@
 // GPU tests: the plain AdamW / SGDM steps of many tensors in one launch
-// (kernels/cuda/multi_tensor_update.cuh) against the CPU backend's per-tensor loops. Tolerance 0:
+// (kernels/cuda/multi_tensor_update.cuh) against the CPU backend's plain_update loops. Tolerance 0:
 // the same src/base/math element functions with the same coefficients (--fmad=false,
 // -ffp-contract=off), so every parameter and moment must carry the CPU's bits, step after step.
 // The tensors mix sizes (empty, 1, 3, a chunk boundary +- 1, several chunks, a ragged tail),
@@ -101,20 +101,15 @@ void check(bool adamw) {
                       adamw ? dv.get<float>() + o : nullptr, n, l.wd[t]});
     host.push_back({Tensor{w.data() + o, {n}, DType::F32}, Tensor{g.data() + o, {n}, DType::F32},
                     Tensor{m.data() + o, {n}, DType::F32},
-                    adamw ? Tensor{v.data() + o, {n}, DType::F32} : Tensor{}, n, l.wd[t]});
+                    adamw ? Tensor{v.data() + o, {n}, DType::F32} : Tensor{}, n, l.wd[t], n});
   }
   for (int step = 1; step <= 3; ++step) {
-    if (adamw) {
-      const AdamWCoeffs st = adamw_coeffs(1e-3f * float(step), 0.9f, 0.95f, 1e-8f, 0.5f /*replaced*/, 0.7f, step);
-      cpu->adamw_update_many(host, st);
-      plan.build(slices, true, nullptr);
-      ECO_CHECK_CUDA(cuda::fp32_adamw_update_many(plan, st));
-    } else {
-      const SgdmCoeffs st{0.05f * float(step), 0.9f, 0.5f /*replaced*/, 0.8f};
-      cpu->sgdm_update_many(host, st);
-      plan.build(slices, false, nullptr);
-      ECO_CHECK_CUDA(cuda::fp32_sgdm_update_many(plan, st));
-    }
+    const RuleStep st =
+        adamw ? adamw_step(1e-3f * float(step), 0.9f, 0.95f, 1e-8f, 0.5f /*replaced*/, 0.7f, step)
+              : sgdm_step(0.05f * float(step), 0.9f, 0.5f /*replaced*/, 0.8f);
+    cpu->plain_update(host, st);
+    plan.build(slices, adamw, nullptr);
+    ECO_CHECK_CUDA(cuda::fp32_plain_update_many(plan, st));
   }
   ECO_CHECK_CUDA(cudaDeviceSynchronize());
   EXPECT_EQ(plan.builds(), 1) << "the tables are uploaded once for a fixed list";

@@ -35,7 +35,7 @@ using gputest::randn;
 using gputest::to_device;
 using gputest::to_host;
 
-// The coefficients both backends take: adamw_coeffs (src/base/math/optimizer_rules.h; bias
+// The coefficients both backends take: adamw_step (src/base/math/optimizer_rules.h; bias
 // corrections in double, rounded once), as the optimizer builds them.
 
 // Every element's bits equal; on failure names the first differing index and how many differ.
@@ -174,17 +174,15 @@ void expect_update_matches_cpu(const UpdateCase& k) {
                                              d_m.data(), d_v.data()};
     if (k.adamw) {
       const int64_t t = k.bias_step > 0 ? k.bias_step : step;
-      const AdamWCoeffs st = adamw_coeffs(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t);
-      cpu->quantized_adamw_update(q, master_t, grad_t, m_t, v_t, st, qs);
-      ECO_CHECK_CUDA(cuda::quantized_adamw_update(st, fq, k.policy, b,
-                                                  d_scales.data(), k.rows, k.cols, k.granularity,
-                                                  d_scratch.data(), nullptr, k.kernel));
+      const RuleStep st = adamw_step(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, t);
+      cpu->quantized_update(q, master_t, grad_t, m_t, v_t, st, qs);
+      ECO_CHECK_CUDA(cuda::quantized_update(st, fq, k.policy, b, d_scales.data(), k.rows, k.cols,
+                                            k.granularity, d_scratch.data(), nullptr, k.kernel));
     } else {
-      const SgdmCoeffs st{0.05f, 0.9f, 0.1f, 0.7f};
-      cpu->quantized_sgdm_update(q, master_t, grad_t, m_t, st, qs);
-      ECO_CHECK_CUDA(cuda::quantized_sgdm_update(st, fq, k.policy, b,
-                                                 d_scales.data(), k.rows, k.cols, k.granularity,
-                                                 d_scratch.data(), nullptr, k.kernel));
+      const RuleStep st = sgdm_step(0.05f, 0.9f, 0.1f, 0.7f);
+      cpu->quantized_update(q, master_t, grad_t, m_t, Tensor{}, st, qs);
+      ECO_CHECK_CUDA(cuda::quantized_update(st, fq, k.policy, b, d_scales.data(), k.rows, k.cols,
+                                            k.granularity, d_scratch.data(), nullptr, k.kernel));
     }
     ECO_CHECK_CUDA(cudaDeviceSynchronize());
     ASSERT_TRUE(same_bits(d_codes.host(), codes)) << "codes, step " << step;
@@ -325,22 +323,21 @@ TEST(GpuQuantizedUpdate, RejectsInt4RowGroupsWithOddWidth) {
   const QuantizedUpdateBuffers<float> b{codes.get<uint8_t>(), nullptr, grad.get<float>(),
                                         m.get<float>(), v.get<float>()};
   const FormatQuantizer fq{QFormat::INT4, Rounding::RTN, 1, 1, 0};
-  const AdamWCoeffs c = adamw_coeffs(1e-3f, 0.9f, 0.98f, 1e-8f, 0.0f, 1.0f, 1);
+  const RuleStep c = adamw_step(1e-3f, 0.9f, 0.98f, 1e-8f, 0.0f, 1.0f, 1);
   for (auto g : {Granularity::PerRow, Granularity::Block128})
-    EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 2, 31,
-                                           g, nullptr),
+    EXPECT_EQ(cuda::quantized_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 2, 31, g,
+                                     nullptr),
               cudaErrorInvalidValue);
   // Master without a master weight, and PerTensor without scratch, are refused too.
-  EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Master, b, scales.get<float>(), 2, 32,
-                                         Granularity::PerRow, nullptr),
+  EXPECT_EQ(cuda::quantized_update(c, fq, UpdatePolicy::Master, b, scales.get<float>(), 2, 32,
+                                   Granularity::PerRow, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 2, 32,
-                                         Granularity::PerTensor, nullptr),
+  EXPECT_EQ(cuda::quantized_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 2, 32,
+                                   Granularity::PerTensor, nullptr),
             cudaErrorInvalidValue);
   // A forced kernel that cannot hold the groups: refused before anything runs.
-  EXPECT_EQ(cuda::quantized_adamw_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 1, 4096,
-                                         Granularity::PerRow, nullptr, nullptr,
-                                         GroupKernel::Registers4),
+  EXPECT_EQ(cuda::quantized_update(c, fq, UpdatePolicy::Eco, b, scales.get<float>(), 1, 4096,
+                                   Granularity::PerRow, nullptr, nullptr, GroupKernel::Registers4),
             cudaErrorInvalidValue);
 }
 
@@ -361,12 +358,13 @@ TEST(GpuFp32Update, AdamWIsBitIdenticalToCpuBackend) {
       for (auto& x : v) x *= x;
       auto dw = to_device(w), dg = to_device(g), dm = to_device(m), dv = to_device(v);
       for (int64_t t = 1; t <= 3; ++t) {
-        const AdamWCoeffs st = adamw_coeffs(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.8f, t);
-        cpu->adamw_update(Tensor{w.data() + offset, {n}, DType::F32},
-                          Tensor{g.data() + offset, {n}, DType::F32},
-                          Tensor{m.data() + offset, {n}, DType::F32},
-                          Tensor{v.data() + offset, {n}, DType::F32}, n, st);
-        ECO_CHECK_CUDA(cuda::fp32_adamw_update(dw.get<float>() + offset, dg.get<float>() + offset,
+        const RuleStep st = adamw_step(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.8f, t);
+        cpu->plain_update({{Tensor{w.data() + offset, {n}, DType::F32},
+                            Tensor{g.data() + offset, {n}, DType::F32},
+                            Tensor{m.data() + offset, {n}, DType::F32},
+                            Tensor{v.data() + offset, {n}, DType::F32}, n, st.weight_decay, n}},
+                          st);
+        ECO_CHECK_CUDA(cuda::fp32_plain_update(dw.get<float>() + offset, dg.get<float>() + offset,
                                                dm.get<float>() + offset, dv.get<float>() + offset,
                                                n, st));
       }
@@ -388,12 +386,14 @@ TEST(GpuFp32Update, SgdmIsBitIdenticalToCpuBackend) {
                          m = randn(len, 83 + n, 1e-3f);
       auto dw = to_device(w), dg = to_device(g), dm = to_device(m);
       for (int t = 1; t <= 3; ++t) {
-        const SgdmCoeffs st{0.05f, 0.9f, 0.1f, 0.8f};
-        cpu->sgdm_update(Tensor{w.data() + offset, {n}, DType::F32},
-                         Tensor{g.data() + offset, {n}, DType::F32},
-                         Tensor{m.data() + offset, {n}, DType::F32}, n, st);
-        ECO_CHECK_CUDA(cuda::fp32_sgdm_update(dw.get<float>() + offset, dg.get<float>() + offset,
-                                              dm.get<float>() + offset, n, st));
+        const RuleStep st = sgdm_step(0.05f, 0.9f, 0.1f, 0.8f);
+        cpu->plain_update({{Tensor{w.data() + offset, {n}, DType::F32},
+                            Tensor{g.data() + offset, {n}, DType::F32},
+                            Tensor{m.data() + offset, {n}, DType::F32}, Tensor{}, n,
+                            st.weight_decay, n}},
+                          st);
+        ECO_CHECK_CUDA(cuda::fp32_plain_update(dw.get<float>() + offset, dg.get<float>() + offset,
+                                               dm.get<float>() + offset, nullptr, n, st));
       }
       ECO_CHECK_CUDA(cudaDeviceSynchronize());
       EXPECT_TRUE(same_bits(to_host<float>(dw, len), w)) << "param";

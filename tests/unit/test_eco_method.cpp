@@ -24,10 +24,9 @@
 
 namespace {
 
-using eco::AdamWCoeffs;
 using eco::GroupSpan;
 using eco::Granularity;
-using eco::SgdmCoeffs;
+using eco::RuleStep;
 using eco::UpdatePolicy;
 template <class S>
 using Buffers = eco::QuantizedUpdateBuffers<S, float>;
@@ -191,7 +190,7 @@ TEST(Bf16, MatchesCudaBf16HostConversion) {
 double exact_rule_max_deviation(const NoisyQuadratic& f, const GridQuantizer& q, int steps,
                                 double beta, double wd, double (*lr_at)(int), bool next_lr) {
   const int n = f.n;
-  auto coeffs = [&](int t) { return SgdmCoeffs{float(lr_at(t)), float(beta), float(wd), 1.0f}; };
+  auto coeffs = [&](int t) { return eco::sgdm_step(float(lr_at(t)), float(beta), float(wd), 1.0f); };
   auto lr = [&](int t) { return double(coeffs(t).lr); };  // the floats the library sees
   beta = double(float(beta)), wd = double(float(wd));
   std::vector<double> x(n), mm(n, 0.0);  // master run
@@ -202,7 +201,7 @@ double exact_rule_max_deviation(const NoisyQuadratic& f, const GridQuantizer& q,
   for (int i = 0; i < n; ++i) e[i] = x[i] - w[i], mt[i] = -c0 * e[i];
   double worst = 0;
   for (int t = 0; t < steps; ++t) {
-    const SgdmCoeffs c = coeffs(t);
+    const RuleStep c = coeffs(t);
     const std::vector<double> gm = f.grad(quantize(q, x, t), t);
     for (int i = 0; i < n; ++i) {
       eco::SgdmRule<double>(c).moment(gm[i], mm[i]);
@@ -256,8 +255,8 @@ TEST(EcoSgdm, VirtualSequenceFollowsPlainSgd) {
   const NoisyQuadratic f(n, steps, 0.5, 9);
   GridQuantizer q;
   q.rho = 7;
-  const SgdmCoeffs c{0.02f, 0.9f, 0.0f, 1.0f};
-  const double lr = c.lr, b = c.beta, k = lr * b / (1 - b);
+  const RuleStep c = eco::sgdm_step(0.02f, 0.9f, 0.0f, 1.0f);
+  const double lr = c.lr, b = c.beta1, k = lr * b / (1 - b);
   std::vector<double> x0(n), m(n, 0.0), y(n);
   for (int i = 0; i < n; ++i) x0[i] = 2.0 * std::cos(i);
   std::vector<double> w = quantize(q, x0, 0);
@@ -291,8 +290,8 @@ TEST(EcoSgdm, VirtualSequenceFollowsPlainSgd) {
 // moves the weight on average; master weights (which ECO's virtual sequence imitates) end at the
 // virtual iterate. Fixed grid of step 1, float64 element math of the library, wd 0, no gradient.
 TEST(EcoSgdm, RoundToNearestFreezesAWeightFiveGridStepsFromItsVirtualIterate) {
-  const SgdmCoeffs c{0.01f, 0.9f, 0.0f, 1.0f};
-  const double lr = c.lr, b = c.beta, k = lr * b / (1 - b);
+  const RuleStep c = eco::sgdm_step(0.01f, 0.9f, 0.0f, 1.0f);
+  const double lr = c.lr, b = c.beta1, k = lr * b / (1 - b);
   // ECO from w = 0 with momentum m0; returns the weight after `steps` steps of zero gradient.
   auto eco_run = [&](double m0, bool stochastic, uint64_t seed, int steps) {
     GridQuantizer q;
@@ -350,9 +349,9 @@ struct OneElement {
 TEST(EcoSgdm, InjectionMatchesEcoMdCoefficients) {
   OneElement s;
   s.m = 0.2f, s.grad = 0.5f;
-  const SgdmCoeffs c{0.1f, 0.9f, 0.0f, 1.0f};
-  eco::eco_sgdm_update_group(s.q, UpdatePolicy::Eco, c, s.buffers(), s.span(), &s.scale);
-  const double lr = c.lr, b = c.beta;
+  const RuleStep c = eco::sgdm_step(0.1f, 0.9f, 0.0f, 1.0f);
+  eco::quantized_update_group(eco::SgdmRule<>{c}, s.q, UpdatePolicy::Eco, s.buffers(), s.span(), &s.scale);
+  const double lr = c.lr, b = c.beta1;
   const double m1 = b * 0.2f + (1 - b) * 0.5;  // 0.23
   const double theta = 1.0 - lr * m1;          // 0.977 -> rounds back to 1.0
   const double e = theta - 1.0;                // -0.023
@@ -368,9 +367,9 @@ TEST(EcoAdamW, InjectionMatchesEcoMdCoefficients) {
   s.m = 0.02f, s.v = 0.001f, s.grad = 0.6f;
   const int t = 3;
   const double b1 = 0.9, b2 = 0.98;
-  const AdamWCoeffs c{0.05f, float(b1), float(b2), 1e-8f, 0.1f, 0.5f,
-                      float(1 - std::pow(b1, t)), float(1 - std::pow(b2, t))};
-  eco::eco_adamw_update_group(s.q, UpdatePolicy::Eco, c, s.buffers(), s.span(), &s.scale);
+  const RuleStep c{eco::RuleKind::AdamW, 0.05f, float(b1), float(b2), 1e-8f, 0.1f, 0.5f,
+                   float(1 - std::pow(b1, t)), float(1 - std::pow(b2, t))};
+  eco::quantized_update_group(eco::AdamWRule<>{c}, s.q, UpdatePolicy::Eco, s.buffers(), s.span(), &s.scale);
   const double lr = c.lr, B1 = c.beta1, B2 = c.beta2, bc1 = c.bc1, bc2 = c.bc2;
   const double g = 0.6f * 0.5;                              // clipped gradient
   const double m = B1 * 0.02f + (1 - B1) * g;               // 0.048
@@ -399,14 +398,14 @@ double noisy_quadratic_mse(UpdatePolicy policy, double lr, double beta, uint64_t
   std::vector<float> master(chains, 120.0f), m(chains, 0.0f), grad(chains);
   float scale = 1.0f;
   const Buffers<float> b{codes.data(), master.data(), grad.data(), m.data(), nullptr};
-  const SgdmCoeffs c{float(lr), float(beta), 0.0f, 1.0f};
+  const RuleStep c = eco::sgdm_step(float(lr), float(beta), 0.0f, 1.0f);
   eco::Rng rng(seed);
   const int64_t steps = int64_t(20 / (lr * L));
   double acc = 0;
   int64_t count = 0;
   for (int64_t t = 0; t < steps; ++t) {
     for (int i = 0; i < chains; ++i) grad[i] = float(L * q.decode(codes[i], scale) + sigma * rng.normal());
-    eco::eco_sgdm_update_group(q, policy, c, b, GroupSpan{0, 0, 1, chains, chains}, &scale);
+    eco::quantized_update_group(eco::SgdmRule<>{c}, q, policy, b, GroupSpan{0, 0, 1, chains, chains}, &scale);
     if (t < steps / 2) continue;
     for (int i = 0; i < chains; ++i) acc += std::pow(double(q.decode(codes[i], scale)), 2), ++count;
   }
@@ -472,9 +471,9 @@ TEST(EcoSgdm, NoisyQuadraticEcoErrorStaysNearMasterWithinQuantizationBound) {
 enum class RuleKind { AdamW, Sgdm };
 
 struct Step {
-  AdamWCoeffs adamw{0.01f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, float(1 - std::pow(0.9, 5)),
-                    float(1 - std::pow(0.98, 5))};
-  SgdmCoeffs sgdm{0.05f, 0.9f, 0.01f, 0.7f};
+  RuleStep adamw{eco::RuleKind::AdamW, 0.01f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f,
+                 float(1 - std::pow(0.9, 5)), float(1 - std::pow(0.98, 5))};
+  RuleStep sgdm = eco::sgdm_step(0.05f, 0.9f, 0.01f, 0.7f);
 };
 
 // One quantized (rows, cols) tensor before a step, as stored (float); all groups start from a
@@ -535,15 +534,15 @@ Reference reference_step(const Tensor& t, RuleKind rule, UpdatePolicy policy, co
   for (int64_t i = 0; i < n; ++i) {
     const double w = policy == UpdatePolicy::Master ? t.master[i] : int8_t(t.codes[i]) * double(t.scales[group(i)]);
     if (rule == RuleKind::AdamW) {
-      const AdamWCoeffs& c = st.adamw;
+      const RuleStep& c = st.adamw;
       const double g = double(t.grad[i]) * c.grad_scale, b1 = c.beta1, b2 = c.beta2, lr = c.lr;
       r.m[i] = b1 * t.m[i] + (1 - b1) * g;
       r.v[i] = b2 * t.v[i] + (1 - b2) * g * g;
       d[i] = std::sqrt(r.v[i] / double(c.bc2)) + double(c.eps);
       r.theta[i] = w * (1 - lr * double(c.weight_decay)) - lr * (r.m[i] / double(c.bc1)) / d[i];
     } else {
-      const SgdmCoeffs& c = st.sgdm;
-      const double g = double(t.grad[i]) * c.grad_scale, b = c.beta, lr = c.lr;
+      const RuleStep& c = st.sgdm;
+      const double g = double(t.grad[i]) * c.grad_scale, b = c.beta1, lr = c.lr;
       r.m[i] = b * t.m[i] + (1 - b) * g;
       r.v[i] = t.v[i];
       r.theta[i] = w * (1 - lr * double(c.weight_decay)) - lr * r.m[i];
@@ -558,7 +557,7 @@ Reference reference_step(const Tensor& t, RuleKind rule, UpdatePolicy policy, co
     const double e = r.theta[i] - r.code[i] * s;
     r.coef[i] = rule == RuleKind::AdamW
                     ? double(st.adamw.bc1) / st.adamw.lr * (1 - 1 / double(st.adamw.beta1)) * d[i]
-                    : 1 / double(st.sgdm.lr) * (1 - 1 / double(st.sgdm.beta));
+                    : 1 / double(st.sgdm.lr) * (1 - 1 / double(st.sgdm.beta1));
     r.injected[i] = r.coef[i] * e;
     r.m[i] += r.injected[i];
   }
@@ -571,9 +570,9 @@ void run_step(Tensor& t, RuleKind rule, UpdatePolicy policy, const Step& st, con
   const Buffers<S> b{t.codes.data(), t.master.data(), t.grad.data(), m.data(),
                      rule == RuleKind::AdamW ? v.data() : nullptr};
   if (rule == RuleKind::AdamW)
-    eco::eco_adamw_update_matrix(q, policy, st.adamw, b, t.scales.data(), t.rows, t.cols, t.gran);
+    eco::quantized_update_matrix(eco::AdamWRule<>{st.adamw}, q, policy, b, t.scales.data(), t.rows, t.cols, t.gran);
   else
-    eco::eco_sgdm_update_matrix(q, policy, st.sgdm, b, t.scales.data(), t.rows, t.cols, t.gran);
+    eco::quantized_update_matrix(eco::SgdmRule<>{st.sgdm}, q, policy, b, t.scales.data(), t.rows, t.cols, t.gran);
 }
 
 void run_step(Tensor& t, RuleKind rule, UpdatePolicy policy, const Step& st, const GridQuantizer& q) {
@@ -656,7 +655,7 @@ TEST(EcoGroupUpdateBuffers, WritesOnlyItsGroupsCodesScaleAndMoments) {
     ASSERT_EQ(span.row0, 128);
     ASSERT_EQ(span.col0, 128);
     const Buffers<float> b{t.codes.data(), t.master.data(), t.grad.data(), t.m.data(), t.v.data()};
-    eco::eco_adamw_update_group(q, policy, st.adamw, b, span, &t.scales[5]);
+    eco::quantized_update_group(eco::AdamWRule<>{st.adamw}, q, policy, b, span, &t.scales[5]);
     for (size_t k = 0; k < t.scales.size(); ++k)
       if (k != 5) { EXPECT_EQ(t.scales[k], before.scales[k]); }
     EXPECT_NE(t.scales[5], before.scales[5]);

@@ -162,8 +162,8 @@ std::vector<Case> all_cases() {
   return out;
 }
 
-const eco::AdamWCoeffs kAdamW = eco::adamw_coeffs(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, 4);
-const eco::SgdmCoeffs kSgdm{0.05f, 0.9f, 0.1f, 0.7f};
+const eco::RuleStep kAdamW = eco::adamw_step(5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, 4);
+const eco::RuleStep kSgdm = eco::sgdm_step(0.05f, 0.9f, 0.1f, 0.7f);
 
 class RowRangeUpdate : public ::testing::TestWithParam<Case> {};
 

@@ -137,18 +137,21 @@ void expect_same_bits(const Rule& rule, QFormat format, Rounding rounding, Updat
 }
 
 template <class S>
-void expect_all_rules_and_policies(const eco::AdamWCoeffs& adamw, const eco::SgdmCoeffs& sgdm) {
+void expect_all_rules_and_policies(const eco::RuleStep& adamw, const eco::RuleStep& sgdm) {
   for (QFormat format : {QFormat::E4M3, QFormat::E5M2, QFormat::INT8, QFormat::INT4})
     for (Rounding rounding : {Rounding::RTN, Rounding::SR})
       for (UpdatePolicy policy : {UpdatePolicy::Master, UpdatePolicy::Naive, UpdatePolicy::Eco}) {
         expect_same_bits<eco::AdamWRule<>, S>(eco::AdamWRule{adamw}, format, rounding, policy);
         expect_same_bits<eco::SgdmRule<>, S>(eco::SgdmRule{sgdm}, format, rounding, policy);
+        eco::RuleStep sign = sgdm;
+        sign.kind = eco::RuleKind::SignSgdm;
+        expect_same_bits<eco::SignSgdmRule<>, S>(eco::SignSgdmRule{sign}, format, rounding, policy);
       }
 }
 
-const eco::AdamWCoeffs kAdamW{5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f, float(1 - std::pow(0.9, 4)),
-                              float(1 - std::pow(0.98, 4))};
-const eco::SgdmCoeffs kSgdm{0.05f, 0.9f, 0.1f, 0.7f};
+const eco::RuleStep kAdamW{eco::RuleKind::AdamW, 5e-3f, 0.9f, 0.98f, 1e-8f, 0.1f, 0.7f,
+                           float(1 - std::pow(0.9, 4)), float(1 - std::pow(0.98, 4))};
+const eco::RuleStep kSgdm = eco::sgdm_step(0.05f, 0.9f, 0.1f, 0.7f);
 
 TEST(EcoUpdateInRegisters, Fp32StateWritesTheDriversBits) { expect_all_rules_and_policies<float>(kAdamW, kSgdm); }
 
@@ -156,8 +159,8 @@ TEST(EcoUpdateInRegisters, Bf16StateWritesTheDriversBits) { expect_all_rules_and
 
 // lr == 0 takes the no-injection branch of both forms.
 TEST(EcoUpdateInRegisters, ZeroLearningRateWritesTheDriversBits) {
-  eco::AdamWCoeffs adamw = kAdamW;
-  eco::SgdmCoeffs sgdm = kSgdm;
+  eco::RuleStep adamw = kAdamW;
+  eco::RuleStep sgdm = kSgdm;
   adamw.lr = 0.0f;
   sgdm.lr = 0.0f;
   for (UpdatePolicy policy : {UpdatePolicy::Naive, UpdatePolicy::Eco}) {

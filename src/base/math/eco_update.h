@@ -1,6 +1,6 @@
 // The fused update of weights that live only in quantized form (ECO.md): one scale group under
-// the master / naive / ECO policies, with src/base/math/optimizer_rules.h's AdamW or SGDM rule
-// (the formula plain updates use too). Shared by the CPU driver (kernels/cpu/quantized_update.h)
+// the master / naive / ECO policies, with any rule of src/base/math/optimizer_rules.h (the
+// formula plain updates use too; the Rule concept is documented there). Shared by the CPU driver (kernels/cpu/quantized_update.h)
 // and the CUDA kernels; theta (the unquantized update) never leaves registers.
 //
 // Quantizer interface: any type Q with these const members (FormatQuantizer, the tests' grids).
@@ -40,7 +40,7 @@
 
 namespace eco {
 
-// Master: an fp32 master weight takes the plain AdamW/SGDM step; codes + scale are re-derived
+// Master: an fp32 master weight takes the rule's plain step; codes + scale are re-derived
 //         from it for the forward. Naive: theta is computed from dequant(W_q) and requantized;
 //         the error is dropped. Eco: as Naive, and the error is injected into the momentum.
 enum class UpdatePolicy : uint8_t { Master, Naive, Eco };
@@ -98,8 +98,8 @@ struct QuantizedUpdateBuffers {
   uint8_t* codes;  // W_q's codes
   float* master;   // Master policy: the fp32 master weight; never touched otherwise (may be null)
   const G* grad;   // dL/dW at dequant(W_q): float or bf16 bits
-  S* m;            // first moment (AdamW) / momentum (SGDM): float or bf16 bits
-  S* v;            // AdamW second moment; null for SGDM
+  S* m;            // first moment / momentum: float or bf16 bits
+  S* v;            // second moment (Rule::kHasV: AdamW); null for rules without one
 };
 
 // The group is updated in two passes over its elements, so that theta never lives in memory:
@@ -120,7 +120,7 @@ struct QuantizedUpdateBuffers {
 //   - m and v see exactly one moment update per step; the injection changes m only (never v),
 //     only under Eco, and not when lr == 0.
 //   - Master: master[i] <- theta (the plain optimizer step); the codes and the scale are a pure
-//     function of the new master weight; m and v are those of plain AdamW/SGDM.
+//     function of the new master weight; m and v are those of the plain rule.
 //   - Nothing but codes, the group's scale, m, v (and master under Master) is written.
 template <class Rule, class Q, class S, class G>
 ECO_HD float quantized_update_pass1(const Rule& rule, const Q& q, UpdatePolicy policy,
@@ -227,22 +227,6 @@ ECO_HD void quantized_update_group(const Rule& rule, const Q& q, UpdatePolicy po
       quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, draw(uint64_t(i + key_offset)));
     }
   *scale = new_scale;
-}
-
-// ECO.md's AdamW on one scale group (b.v required).
-template <class Q, class S, class G>
-ECO_HD void eco_adamw_update_group(const Q& q, UpdatePolicy policy, const AdamWCoeffs& c,
-                                   const QuantizedUpdateBuffers<S, G>& b, const GroupSpan& span,
-                                   float* scale) {
-  quantized_update_group(AdamWRule<>{c}, q, policy, b, span, scale);
-}
-
-// ECO.md's SGDM on one scale group (b.v unused).
-template <class Q, class S, class G>
-ECO_HD void eco_sgdm_update_group(const Q& q, UpdatePolicy policy, const SgdmCoeffs& c,
-                                  const QuantizedUpdateBuffers<S, G>& b, const GroupSpan& span,
-                                  float* scale) {
-  quantized_update_group(SgdmRule<>{c}, q, policy, b, span, scale);
 }
 
 }  // namespace eco
