@@ -48,7 +48,7 @@ COMMON = dict(vocab_size=37, d_model=16, n_head=2, n_layer=2, seq_len=SEQ_LEN,
 FAMILIES = {
     "gpt2": dict(COMMON, family="gpt2", mlp_hidden=64, tie_embeddings=True, seed=1234),
     "llama": dict(COMMON, family="llama", mlp_hidden=48, tie_embeddings=False, seed=5678),
-    # SMoE (MOE.md): MoE in every layer, 4 routed experts, top 2, one shared expert; the experts
+    # SMoE (docs/moe.md): MoE in every layer, 4 routed experts, top 2, one shared expert; the experts
     # take the family's activation (gpt2: GELU with biases, llama: SwiGLU [gate | up]). Nonzero
     # aux and z coefficients so their gradients are covered. mlp_hidden is unused (no dense MLP).
     "moe_topk_softmax": dict(COMMON, family="gpt2", mlp_hidden=64, tie_embeddings=True, seed=113,
@@ -205,7 +205,7 @@ def causal_attention(q, k, v):
 
 
 def moe_mlp(cfg, P, p, h, extras):
-    """A MoE layer's MLP on h (B, T, C), MOE.md: router logits z = h W_r^T over all B*T tokens,
+    """A MoE layer's MLP on h (B, T, C), docs/moe.md: router logits z = h W_r^T over all B*T tokens,
     top-k (ties to the lower id), gates by the router mode, the weighted sum of the k experts'
     outputs plus the shared experts. Appends (aux, z) losses to extras; aux treats the routed
     counts n_i as constants; the routing margins (k-th minus (k+1)-th logit) go to extras too."""

@@ -1,4 +1,4 @@
-// model.moe: the sparse Mixture-of-Experts part of a model config (MOE.md). n_experts 0 (no
+// model.moe: the sparse Mixture-of-Experts part of a model config (docs/moe.md). n_experts 0 (no
 // model.moe section) is a dense model. Parsed and validated by parse_moe_config (moe_config.cpp).
 #pragma once
 #include <cstdint>

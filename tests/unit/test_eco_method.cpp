@@ -1,5 +1,5 @@
-// Specification tests of the ECO method (ECO.md; Nikdan et al., arXiv 2601.22101): the paper's
-// SGDM identities and its 1-D noisy quadratic, ECO.md's injection coefficients by hand, and the
+// Specification tests of the ECO method (docs/eco.md; Nikdan et al., arXiv 2601.22101): the paper's
+// SGDM identities and its 1-D noisy quadratic, docs/eco.md's injection coefficients by hand, and the
 // fused group update (src/base/math/eco_update.h) against a float64 reference for AdamW and
 // SGDM under the master / naive / ECO policies, with fp32 and bf16 optimizer state.
 #include <gtest/gtest.h>
@@ -183,7 +183,7 @@ TEST(Bf16, MatchesCudaBf16HostConversion) {
 // gradients. A changing lr keeps the identity only if the e_{t+1} term uses the *next* step's
 // lr (the schedule is known in advance); the same-lr form drifts, which the test also shows.
 // The identity holds for any quantizer q, SR included when both runs draw the same bits.
-// ECO.md's rule is this one with e_t replaced by e_{t+1} (wd = 0): m + (1/lr)(1 - 1/b) e_{t+1}.
+// docs/eco.md's rule is this one with e_t replaced by e_{t+1} (wd = 0): m + (1/lr)(1 - 1/b) e_{t+1}.
 // Tolerance: |theta_t - x_{t+1}| <= 1e-12 (1 + |x|): float64 rounding, ~1e-16 per step, also
 // through the e/lr terms of size grid/lr in m~, times lr; measured max 8e-15. The same-lr form
 // under the schedule deviates by O(1) (measured 9-11).
@@ -248,7 +248,7 @@ TEST(EcoSgdm, ExactRuleReproducesMasterWeightIteratesWhenErrorIsStored) {
   }
 }
 
-// ECO.md: with the practical rule, y_t = w_t - (lr b/(1-b)) m_t follows plain SGD,
+// docs/eco.md: with the practical rule, y_t = w_t - (lr b/(1-b)) m_t follows plain SGD,
 // y_{t+1} = y_t - lr g_t, exactly (constant lr, wd = 0). Tolerance as above.
 TEST(EcoSgdm, VirtualSequenceFollowsPlainSgd) {
   const int n = 32, steps = 300;
@@ -285,7 +285,7 @@ TEST(EcoSgdm, VirtualSequenceFollowsPlainSgd) {
 // gradient, theta_{t+1} = w_t - lr b m_t, and while |lr b m_t| < step/2 RTN returns w_t again,
 // e = -lr b m_t and the injection restores m exactly: m_{t+1} = b m_t + (1/lr)(1 - 1/b) e = m_t.
 // The weight is frozen with a pending correction of up to step / (2 b), i.e. with the virtual
-// iterate (w - lr b/(1-b) m, which ECO.md says follows plain SGD) up to step / (2 (1-b)) =
+// iterate (w - lr b/(1-b) m, which docs/eco.md says follows plain SGD) up to step / (2 (1-b)) =
 // 5 grid steps away (b = 0.9), for ever. SR takes the pending correction as a probability and
 // moves the weight on average; master weights (which ECO's virtual sequence imitates) end at the
 // virtual iterate. Fixed grid of step 1, float64 element math of the library, wd 0, no gradient.
@@ -332,10 +332,10 @@ TEST(EcoSgdm, RoundToNearestFreezesAWeightFiveGridStepsFromItsVirtualIterate) {
   EXPECT_NEAR(sum / 4000, lag, 0.1);
 }
 
-// ---- ECO.md's coefficients, one step by hand ------------------------------------------------
+// ---- docs/eco.md's coefficients, one step by hand ------------------------------------------------
 
 // One element on a fixed grid of step 0.25; w = 1 and the step is too small to move it, so the
-// whole update becomes error and (ECO) goes into m. Expected values in float64 from ECO.md's
+// whole update becomes error and (ECO) goes into m. Expected values in float64 from docs/eco.md's
 // lines; tolerance: float rounding of values ~1, times the coefficients (~1): 1e-6.
 struct OneElement {
   GridQuantizer q;
@@ -517,7 +517,7 @@ Tensor make_tensor(int64_t rows, int64_t cols, Granularity gran, const GridQuant
   return t;
 }
 
-// ECO.md, line by line, in float64, one group at a time.
+// docs/eco.md, line by line, in float64, one group at a time.
 struct Reference {
   std::vector<double> theta, scale, m, v, injected, coef;  // coef: |dm/de| of the injection
   std::vector<int> code;

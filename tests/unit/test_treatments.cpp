@@ -1,5 +1,5 @@
 // Treatments: the name table, the paper's memory accounting per quantized parameter, the forward
-// casts, and that training under each policy behaves as ECO.md says it must.
+// casts, and that training under each policy behaves as docs/eco.md says it must.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -239,7 +239,7 @@ TEST(ParamStore, LinearWeightViewIsTheQTensorWhereStoredQuantized) {
 // A short run on the synthetic corpus at a small constant learning rate: AdamW's update per
 // element (~lr = 3e-5) is far below half an E4M3 step of most weights (~0.02 * 2^-4 / 2 ~ 6e-4), so naive
 // RTN rounds the block linears' updates away, while ECO pays them back through the momentum and
-// moves them like fp32 (ECO.md: "naive-rtn stalls"). Measured directly: how far the block
+// moves them like fp32 (docs/eco.md: "naive-rtn stalls"). Measured directly: how far the block
 // linears travel, ||W_end - W_0|| / ||W_0||. (The loss is not a usable signal here: on this
 // Markov corpus the embeddings and head alone learn the bigram table.)
 struct TrainResult {

@@ -93,7 +93,7 @@ ECO_HD T moe_route_token(int32_t* idx, T* gates, T* probs, const T* z, const T* 
 }
 
 // One token's router backward, accumulated into dz (E) = dL/dz:
-//   the gates' gradient dgates (k) = dL/dg through the mode's gate function (MOE.md), plus
+//   the gates' gradient dgates (k) = dL/dg through the mode's gate function (docs/moe.md), plus
 //   the aux loss: aux_w (E) = dAux/dp_i (the same for every token: c E n_i / (k T^2), times the
 //     loss scale; null for none), through the softmax backward p * (aux_w - <p, aux_w>), plus
 //   the z-loss: z_coef lse p (z_coef = 2 c_z / T times the loss scale).
