@@ -48,7 +48,7 @@ COMMON = dict(vocab_size=37, d_model=16, n_head=2, n_layer=2, seq_len=SEQ_LEN,
 FAMILIES = {
     "gpt2": dict(COMMON, family="gpt2", mlp_hidden=64, tie_embeddings=True, seed=1234),
     "llama": dict(COMMON, family="llama", mlp_hidden=48, tie_embeddings=False, seed=5678),
-    # SMoE (docs/moe.md): MoE in every layer, 4 routed experts, top 2, one shared expert; the experts
+    # SMoE (docs/moe.md): MoE in every layer, 4 routed experts, top 2, one shared expert; experts
     # take the family's activation (gpt2: GELU with biases, llama: SwiGLU [gate | up]). Nonzero
     # aux and z coefficients so their gradients are covered. mlp_hidden is unused (no dense MLP).
     "moe_topk_softmax": dict(COMMON, family="gpt2", mlp_hidden=64, tie_embeddings=True, seed=113,

@@ -6,7 +6,7 @@
 // OC = out channels, weights stored (OC, C) like nn.Linear. cuBLASLt is column-major; a
 // row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T, i.e. with the
 // operands swapped and no copies. The linear forward thus runs as cuBLAS "TN" (both operands
-// K-major), which is also the only layout FP8 accepts on sm_89/sm_90 (see docs/architecture.md, "The CUDA backend").
+// K-major), which is also the only layout FP8 accepts on sm_89/sm_90 (cuBLASLt's FP8 rules).
 //
 // One engine owns one cuBLASLt handle, one 32 MiB workspace and a plan cache: a plan (descriptors
 // + the algorithm cublasLtMatmulAlgoGetHeuristic picked) per (shape, leading dims, batch, types,

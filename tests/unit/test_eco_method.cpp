@@ -1,5 +1,5 @@
 // Specification tests of the ECO method (docs/eco.md; Nikdan et al., arXiv 2601.22101): the paper's
-// SGDM identities and its 1-D noisy quadratic, docs/eco.md's injection coefficients by hand, and the
+// SGDM identities and its 1-D noisy quadratic, the injection coefficients by hand, and the
 // fused group update (src/base/math/eco_update.h) against a float64 reference for AdamW and
 // SGDM under the master / naive / ECO policies, with fp32 and bf16 optimizer state.
 #include <gtest/gtest.h>
@@ -183,7 +183,8 @@ TEST(Bf16, MatchesCudaBf16HostConversion) {
 // gradients. A changing lr keeps the identity only if the e_{t+1} term uses the *next* step's
 // lr (the schedule is known in advance); the same-lr form drifts, which the test also shows.
 // The identity holds for any quantizer q, SR included when both runs draw the same bits.
-// docs/eco.md's rule is this one with e_t replaced by e_{t+1} (wd = 0): m + (1/lr)(1 - 1/b) e_{t+1}.
+// The practical rule (docs/eco.md) is this one with e_t replaced by e_{t+1} (wd = 0):
+// m + (1/lr)(1 - 1/b) e_{t+1}.
 // Tolerance: |theta_t - x_{t+1}| <= 1e-12 (1 + |x|): float64 rounding, ~1e-16 per step, also
 // through the e/lr terms of size grid/lr in m~, times lr; measured max 8e-15. The same-lr form
 // under the schedule deviates by O(1) (measured 9-11).
@@ -332,7 +333,7 @@ TEST(EcoSgdm, RoundToNearestFreezesAWeightFiveGridStepsFromItsVirtualIterate) {
   EXPECT_NEAR(sum / 4000, lag, 0.1);
 }
 
-// ---- docs/eco.md's coefficients, one step by hand ------------------------------------------------
+// ---- the coefficients of docs/eco.md, one step by hand ------------------------------------
 
 // One element on a fixed grid of step 0.25; w = 1 and the step is too small to move it, so the
 // whole update becomes error and (ECO) goes into m. Expected values in float64 from docs/eco.md's
