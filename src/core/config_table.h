@@ -90,7 +90,8 @@ class KeyBuilder {
   // Within [lo, hi] (numbers: and finite); `note` says what a special value means.
   KeyBuilder range(Bound lo, Bound hi, const char* note = "") && {
     const auto m = member_;
-    row_.limits.push_back([m, lo, hi, note](const S& s, const std::string& origin, const char* key) {
+    row_.limits.push_back([m, lo, hi, note](const S& s, const std::string& origin,
+                                            const char* key) {
       if constexpr (std::is_integral_v<T>)
         config_reader::require_range(s.*m, lo, hi, origin, key, note);
       else
