@@ -7,7 +7,6 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <limits>
 #include <set>
 #include <sstream>
 

@@ -111,8 +111,11 @@ const Section<ModelConfig>& model_section() {
               .shown_as([](const M& m) { return fmt::format("{}", m.rope_local_theta); })
               .trajectory(),
           key("query_pre_attn_scalar", &M::query_pre_attn_scalar)
-              .must([](const float& v) { return v == 0 || (std::isfinite(v) && v > 0 && v <= 1e9); },
-                    "must be 0 (head_dim) or a finite number in (0, 1e9]")
+              .must(
+                  [](const float& v) {
+                    return v == 0 || (std::isfinite(v) && v > 0 && v <= 1e9);
+                  },
+                  "must be 0 (head_dim) or a finite number in (0, 1e9]")
               .when([](const M& m) { return gemma3(m) || m.query_pre_attn_scalar > 0; })
               .shown_as([](const M& m) { return fmt::format("{}", m.query_scalar()); })
               .shape(),

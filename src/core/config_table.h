@@ -1,6 +1,7 @@
 // The config keys as a table: one row per key says its YAML name, the struct member it binds, how
 // it is read and bounded, its default, how to_yaml writes it and what a resume compares.
-// load_config, to_yaml, model_fingerprint and trajectory_keys are loops over these rows.
+// load_config, to_yaml, model_fingerprint and trajectory_keys are loops over these rows. A new key
+// is a member with its default initializer (config.h) and one row (config_table.cpp).
 #pragma once
 #include <yaml-cpp/yaml.h>
 
@@ -27,9 +28,10 @@ enum class Resume : uint8_t {
   RunLength,   // a trajectory key where the lr schedule depends on the run's length
 };
 
-// One key of a section struct S. A key with `written_when` is written only when it holds; such a
-// key is set away from its default, so the resolved config and the fingerprint of a run that
-// leaves it alone carry no trace of it.
+// One key of a section struct S. An optional key (written_when set) is written only while its
+// value is away from its default, so the resolved config and the fingerprint of a run that leaves
+// it alone are those of a config without the key; the fingerprint and the trajectory keys list
+// optional keys after the others.
 template <class S>
 struct Key {
   std::string name;  // within its section: "n_layer"
@@ -88,7 +90,8 @@ class KeyBuilder {
   // Within [lo, hi] (numbers: and finite); `note` says what a special value means.
   KeyBuilder range(Bound lo, Bound hi, const char* note = "") && {
     const auto m = member_;
-    row_.limits.push_back([m, lo, hi, note](const S& s, const std::string& origin, const char* key) {
+    row_.limits.push_back([m, lo, hi, note](const S& s, const std::string& origin,
+                                            const char* key) {
       if constexpr (std::is_integral_v<T>)
         config_reader::require_range(s.*m, lo, hi, origin, key, note);
       else

@@ -76,7 +76,9 @@ const config_table::Section<MoeConfig>& config_table::moe_section() {
           key("aux_loss_coef", &C::aux_loss_coef)
               .must(non_negative, "must be a number >= 0")
               .range(0, 100),
-          key("z_loss_coef", &C::z_loss_coef).must(non_negative, "must be a number >= 0").range(0, 100),
+          key("z_loss_coef", &C::z_loss_coef)
+              .must(non_negative, "must be a number >= 0")
+              .range(0, 100),
           key("capacity_factor", &C::capacity_factor)
               .must(non_negative, "must be >= 0 (0 = dropless)")
               .range(0, 1000, " (0 = dropless)"),

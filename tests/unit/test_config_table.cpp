@@ -20,7 +20,8 @@ namespace {
 constexpr const char* kDefaultsYaml = "data: {source: synthetic}\ntrain: {max_steps: 10}\n";
 
 // Every optional key set, so every row of every table is written.
-constexpr const char* kEveryKeyYaml = R"(model: {family: gemma3, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 64, vocab_size: 300,
+constexpr const char* kEveryKeyYaml = R"(
+model: {family: gemma3, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 64, vocab_size: 300,
   seq_len: 32, sliding_window: 16, rope_local_theta: 5000.5, query_pre_attn_scalar: 24,
   init_from: /tmp/hf,
   moe: {n_experts: 4, top_k: 2, expert_hidden: 32, n_shared_experts: 1, router: sigmoid_bias,
@@ -212,19 +213,31 @@ device: cpu
 }
 
 TEST(ConfigTable, FingerprintOfTheDefaultsIsTheCheckpointedText) {
-  EXPECT_EQ(eco::model_fingerprint(parse(kDefaultsYaml)), "family=gpt2 n_layer=4 n_head=4 d_model=128 mlp_hidden=512 vocab_size=256 max_seq_len=64 tie_embeddings=true treatment=fp32 optimizer=adamw state_dtype=fp32");
+  EXPECT_EQ(eco::model_fingerprint(parse(kDefaultsYaml)),
+      "family=gpt2 n_layer=4 n_head=4 d_model=128 mlp_hidden=512 vocab_size=256 "
+      "max_seq_len=64 tie_embeddings=true treatment=fp32 optimizer=adamw state_dtype=fp32");
 }
 
 TEST(ConfigTable, FingerprintAppendsTheWrittenOptionalShapeKeysAfterTheOthers) {
   EXPECT_EQ(eco::model_fingerprint(parse(kEveryKeyYaml)),
-            "family=gemma3 n_layer=2 n_head=4 d_model=64 mlp_hidden=384 vocab_size=300 max_seq_len=32 tie_embeddings=true treatment=fp8-eco-sr optimizer=sgdm state_dtype=bf16 quantize=experts moe(n_experts=4 top_k=2 expert_hidden=32 n_shared=1 act=geglu every=1 first_dense=1 router=sigmoid_bias norm_topk=false) n_kv_head=2 head_dim=16 sliding_window=16 sliding_window_pattern=6 query_pre_attn_scalar=24");
+            "family=gemma3 n_layer=2 n_head=4 d_model=64 mlp_hidden=384 vocab_size=300 "
+            "max_seq_len=32 tie_embeddings=true treatment=fp8-eco-sr optimizer=sgdm "
+            "state_dtype=bf16 quantize=experts moe(n_experts=4 top_k=2 expert_hidden=32 "
+            "n_shared=1 act=geglu every=1 first_dense=1 router=sigmoid_bias norm_topk=false) "
+            "n_kv_head=2 head_dim=16 sliding_window=16 sliding_window_pattern=6 "
+            "query_pre_attn_scalar=24");
 }
 
 TEST(ConfigTable, TrajectoryKeysListTheAlwaysWrittenKeysThenTheOptionalOnesThenTheLength) {
   const std::vector<std::string> keys = eco::trajectory_keys(parse(kDefaultsYaml));
   std::string joined;
   for (const std::string& k : keys) joined += (joined.empty() ? "" : " ") + k;
-  EXPECT_EQ(joined, "model.seq_len model.rope_theta model.norm_eps data.source data.shuffle optim.lr optim.beta1 optim.beta2 optim.eps optim.weight_decay optim.grad_clip optim.warmup_steps optim.warmup_frac optim.schedule optim.final_lr_frac train.batch_size train.seed optim.warmup_start_lr model.rope_local_theta train.max_steps train.max_tokens");
+  EXPECT_EQ(joined,
+      "model.seq_len model.rope_theta model.norm_eps data.source data.shuffle optim.lr "
+      "optim.beta1 optim.beta2 optim.eps optim.weight_decay optim.grad_clip "
+      "optim.warmup_steps optim.warmup_frac optim.schedule optim.final_lr_frac "
+      "train.batch_size train.seed optim.warmup_start_lr model.rope_local_theta "
+      "train.max_steps train.max_tokens");
   // A constant schedule without a warmup fraction does not depend on the run's length.
   EXPECT_EQ(eco::trajectory_keys(parse(kEveryKeyYaml)).size(), keys.size() - 2);
 }
@@ -274,7 +287,8 @@ TEST(ConfigTable, FamilyDefaultsOfGpt2AreTheStructDefaults) {
   EXPECT_EQ(read.rope_theta, built.rope_theta);
   EXPECT_EQ(read.norm_eps, built.norm_eps);
   EXPECT_EQ(read.sliding_window, built.sliding_window);
-  const eco::ModelConfig llama = parse(std::string("model: {family: llama}\n") + kDefaultsYaml).model;
+  const eco::ModelConfig llama =
+      parse(std::string("model: {family: llama}\n") + kDefaultsYaml).model;
   EXPECT_FALSE(llama.tie_embeddings);
   EXPECT_EQ(llama.rope_theta, built.rope_theta);
   const eco::ModelConfig gemma3 =
