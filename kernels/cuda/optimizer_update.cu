@@ -1,4 +1,4 @@
-// Fused optimizer updates of quantized weights (ECO.md). The per-element math is
+// Fused optimizer updates of quantized weights (docs/eco.md). The per-element math is
 // src/base/math/eco_update.h's, the code the CPU driver runs, so both backends write the same
 // bits; only the schedule is CUDA's.
 //

@@ -1,5 +1,5 @@
 // Host entry points of the optimizer-update kernels (see optimizer_update.cu): the fused update
-// of a weight that lives only as codes + scales (ECO.md, src/base/math/eco_update.h), and the
+// of a weight that lives only as codes + scales (docs/eco.md, src/base/math/eco_update.h), and the
 // plain fp32 step of an unquantized parameter. Each takes the rule as data (RuleStep,
 // src/base/math/optimizer_rules.h) and runs every rule registered there (with_rule).
 #pragma once

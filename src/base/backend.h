@@ -44,9 +44,9 @@ struct WorkspaceShapes {
 // AttentionShape (src/base/math/attention_shape.h): the shape of a grouped-query, optionally
 // sliding-window causal attention with a query scale.
 
-// One tensor of a plain (unquantized) update: param, grad, m (and v for AdamW) of n elements.
-// cols: the parameter's row length (a 1-D parameter: its length), so that a rule whose direction
-// stage works on the 2-D parameter sees n / cols whole rows of it.
+// One tensor of a plain (unquantized) update: param, grad, m (and v where the rule has one) of
+// n elements. cols: the parameter's row length (a 1-D parameter: its length), so that a rule
+// whose direction stage works on the 2-D parameter sees n / cols whole rows of it.
 struct PlainUpdate {
   Tensor param, grad, m, v;
   int64_t n = 0;

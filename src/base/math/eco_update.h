@@ -1,7 +1,7 @@
-// The fused update of weights that live only in quantized form (ECO.md): one scale group under
-// the master / naive / ECO policies, with any rule of src/base/math/optimizer_rules.h (the
-// formula plain updates use too; the Rule concept is documented there). Shared by the CPU driver (kernels/cpu/quantized_update.h)
-// and the CUDA kernels; theta (the unquantized update) never leaves registers.
+// The fused update of weights that live only in quantized form (docs/eco.md): one scale group
+// under the master / naive / ECO policies, with any rule of src/base/math/optimizer_rules.h (the
+// formula plain updates use too; the Rule concept is there). Shared by the CPU driver
+// (kernels/cpu/quantized_update.h) and the CUDA kernels; theta never leaves registers.
 //
 // Quantizer interface: any type Q with these const members (FormatQuantizer, the tests' grids).
 //   ECO_HD float scale_for(float absmax) const;

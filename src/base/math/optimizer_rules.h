@@ -102,7 +102,7 @@ enum class Direction : uint8_t { Elementwise };
 // AdamW, PyTorch's decoupled form (torch.optim.AdamW: p *= 1 - lr*wd, then the Adam step):
 //   m = b1*m + (1-b1)*g,  v = b2*v + (1-b2)*g*g,  g = grad * grad_scale
 //   d = sqrt(v/bc2) + eps,  theta = w*(1 - lr*wd) - lr*(m/bc1)/d
-// ECO's injection (ECO.md): m + (bc1/lr)*(1 - 1/b1)*d*e, e = theta - dequant(W_q').
+// ECO's injection (docs/eco.md): m + (bc1/lr)*(1 - 1/b1)*d*e, e = theta - dequant(W_q').
 template <class T = float>
 class AdamWRule {
  public:
