@@ -135,7 +135,7 @@ Config from_node(YAML::Node root, const std::string& origin) {
       usage_error("{}: section '{}' appears more than once", origin, clip_for_message(k));
     if (!sections.count(k))
       usage_error("{}: unknown top-level key '{}' (expected model, data, optim, train, "
-                  "precision, device)",
+                  "precision, parallel, device)",
                   origin, clip_for_message(k));
   }
 
