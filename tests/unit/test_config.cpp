@@ -195,7 +195,8 @@ TEST(ConfigError, TopLevelMustBeAMapping) {
 
 TEST(ConfigError, UnknownTopLevelKey) {
   expect_config_error(base_yaml("optimizer: {lr: 1}\n"),
-                      {kOrigin, "unknown top-level key", "optimizer", "precision, parallel, device"});
+                      {kOrigin, "unknown top-level key", "optimizer",
+                       "precision, parallel, device"});
 }
 
 TEST(ConfigError, UnknownNestedKeyNamesSectionDotKeyAndListsKnownKeys) {
