@@ -118,28 +118,6 @@ class CpuBackend : public Backend {
     ECO_CPU_OP("rmsnorm_backward");
     cpu::rmsnorm_backward(p(dinp), p(dw), p(dout), p(inp), p(w), p(rstd), N, C);
   }
-  void rope_forward(const Tensor& out, const Tensor& inp, int B, int Tn, int C, int NH,
-                    float theta) override {
-    ECO_CPU_OP("rope_forward");
-    cpu::rope_forward(p(out), p(inp), B, Tn, C, NH, theta);
-  }
-  void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int Tn, int C, int NH,
-                     float theta) override {
-    ECO_CPU_OP("rope_backward");
-    cpu::rope_backward(p(dinp), p(dout), B, Tn, C, NH, theta);
-  }
-  void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
-                         int Tn, int C, int NH) override {
-    ECO_CPU_OP("attention_forward");
-    cpu::attention_forward(p(out), p(att_state), p(qkv), B, Tn, C, NH);
-  }
-  // The probabilities in att_state are all backward needs; out is not read.
-  void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
-                          const Tensor& qkv, const Tensor& /*out*/, const Tensor& att_state,
-                          int B, int Tn, int C, int NH) override {
-    ECO_CPU_OP("attention_backward");
-    cpu::attention_backward(p(dqkv), p(scratch), p(dout), p(qkv), p(att_state), B, Tn, C, NH);
-  }
   void gelu_forward(const Tensor& out, const Tensor& inp, int64_t n) override {
     ECO_CPU_OP("gelu_forward");
     cpu::gelu_forward(p(out), p(inp), n);
@@ -158,28 +136,29 @@ class CpuBackend : public Backend {
     ECO_CPU_OP("swiglu_backward");
     cpu::swiglu_backward(p(dinp), p(dout), p(inp), N, H);
   }
-  void attention_forward_gqa(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
-                             int Tn, const AttentionShape& a) override {
+  void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
+                         int Tn, const AttentionShape& a) override {
     ECO_CPU_OP("attention_forward");
     cpu::attention_forward_gqa(p(out), p(att_state), p(qkv), B, Tn, a.NH, a.KVH, a.hd, a.window,
                                a.q_scalar);
   }
-  void attention_backward_gqa(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
-                              const Tensor& qkv, const Tensor& /*out*/, const Tensor& att_state,
-                              int B, int Tn, const AttentionShape& a) override {
+  // The probabilities in att_state are all backward needs; out is not read.
+  void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
+                          const Tensor& qkv, const Tensor& /*out*/, const Tensor& att_state,
+                          int B, int Tn, const AttentionShape& a) override {
     ECO_CPU_OP("attention_backward");
     cpu::attention_backward_gqa(p(dqkv), p(scratch), p(dout), p(qkv), p(att_state), B, Tn, a.NH,
                                 a.KVH, a.hd, a.window, a.q_scalar);
   }
-  void rope_forward_gqa(const Tensor& out, const Tensor& inp, int B, int Tn, int NH, int KVH,
-                        int hd, float theta) override {
+  void rope_forward(const Tensor& out, const Tensor& inp, int B, int Tn, const AttentionShape& a,
+                    float theta) override {
     ECO_CPU_OP("rope_forward");
-    cpu::rope_forward_gqa(p(out), p(inp), B, Tn, NH, KVH, hd, theta);
+    cpu::rope_forward_gqa(p(out), p(inp), B, Tn, a.NH, a.KVH, a.hd, theta);
   }
-  void rope_backward_gqa(const Tensor& dinp, const Tensor& dout, int B, int Tn, int NH, int KVH,
-                         int hd, float theta) override {
+  void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int Tn,
+                     const AttentionShape& a, float theta) override {
     ECO_CPU_OP("rope_backward");
-    cpu::rope_backward_gqa(p(dinp), p(dout), B, Tn, NH, KVH, hd, theta);
+    cpu::rope_backward_gqa(p(dinp), p(dout), B, Tn, a.NH, a.KVH, a.hd, theta);
   }
   void qk_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp,
                           const Tensor& wq, const Tensor& wk, int N, int NH, int KVH, int hd,
@@ -305,7 +284,6 @@ class CpuBackend : public Backend {
     cpu::cast_rows_e4m3(out.as<float>(), x.as<float>(), N, C);
   }
 
-  double sum_squares(const Tensor& x, int64_t n) override { return cpu::sum_squares(p(x), n); }
   void sum_squares_segments(const Tensor& x, const std::vector<SumSegment>& segs,
                             double* out) override {
     ECO_CPU_OP("sum_squares_segments");

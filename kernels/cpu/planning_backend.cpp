@@ -16,8 +16,8 @@ namespace {
 // op); the operations are the CPU reference's only so that the class is complete. With
 // cuda_layout it reports the CUDA backend's dtypes, shapes and workspaces (the same names and
 // bytes CudaBackend records), except its small scratches (the fp32 scratch of some kernels,
-// which grows on first use, sum_squares', and sum_squares_segments' table and partials, 16 and
-// 8 bytes a segment, grown on first use) and what depends on the GPU found at run time
+// which grows on first use, and sum_squares_segments' table and partials, 16 and 8 bytes a
+// segment, grown on first use) and what depends on the GPU found at run time
 // (sm_89's fp32 accumulator for the FP8 GEMMs: the plan is an sm_90 plan; plan_notes() says
 // it).
 class PlanningBackend final : public CpuBackend<float> {

@@ -122,9 +122,6 @@ class CudaBackend final : public Backend {
         attention_request_(parse_cuda_attention(std::getenv("ECO_CUDA_ATTENTION"))) {
     ledger_.record(cuda_ws::kCublasLtWorkspaceName, MemCategory::Workspace,
                    cuda::GemmEngine::kWorkspaceBytes);
-    const size_t ss_bytes = sizeof(double) * (cuda::kSumSquaresScratch + 1);
-    sum_squares_ = alloc_raw("sum_squares scratch", ss_bytes);
-    ledger_.record("sum_squares scratch", MemCategory::Workspace, ss_bytes);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(side_.get());
@@ -320,76 +317,20 @@ class CudaBackend final : public Backend {
     ECO_CHECK_CUDA(cuda::rmsnorm_backward(bf(dinp), f32(dw), bf(dout), bf(inp), f32(w), f32(rstd),
                                           N, C, scratch, compute_stream()));
   }
-  void rope_forward(const Tensor& out, const Tensor& inp, int B, int Tn, int C, int NH,
-                    float theta) override {
-    ECO_OP("rope_forward");
-    ECO_CHECK_CUDA(cuda::rope_forward(bf(out), bf(inp), B, Tn, C, NH, theta, compute_stream()));
-  }
-  void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int Tn, int C, int NH,
-                     float theta) override {
-    ECO_OP("rope_backward");
-    ECO_CHECK_CUDA(cuda::rope_backward(bf(dinp), bf(dout), B, Tn, C, NH, theta, compute_stream()));
-  }
-  // att_state: the log-sum-exp (B, NH, T) fp32; the probabilities are never stored. The path
-  // (kernels/cuda/cuda_attention.h): the one ECO_CUDA_ATTENTION asks for where the call's
-  // shapes and buffers allow it, else the next of mma (attention_mma.cuh: hs 32, 64, 128), the
-  // cuBLASLt GEMMs (attention_gemm.cuh: hs % 8 == 0) and the flash kernel (attention.cuh: any
-  // shape); auto is gemm, else flash (mma runs only on request: cuda_attention.h). All save the
-  // same lse, so a forward and a backward may take different paths.
+  // att_state: the log-sum-exp (B, NH, T) fp32; the probabilities are never stored; scratch
+  // (B, NH, T) fp32 holds D = rowsum(dout * out) on every path. Every path saves the same lse,
+  // so a forward and a backward may take different paths. A plain() shape takes the multi-head
+  // paths (multi_head_attention_forward: mma, the cuBLASLt GEMMs, the flash kernel); any other
+  // (grouped-query, sliding-window or query-scaled: gemma3) runs the flash kernel
+  // (attention.cuh: head sizes up to 256) unless ECO_CUDA_ATTENTION=mma and the mma path takes
+  // it (attention_mma.cuh: head sizes 32, 64, 128, 256, 16-byte aligned buffers).
   void attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
-                         int Tn, int C, int NH) override {
+                         int Tn, const AttentionShape& a) override {
     ECO_OP("attention_forward");
-    switch (attention_path(B, Tn, C, NH, {bf(out), bf(qkv)})) {
-      case CudaAttention::Mma:
-        cuda::attention_mma_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH,
-                                    compute_stream());
-        return;
-      case CudaAttention::Gemm: {
-        const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
-        cuda::attention_gemm_forward(gemm_, bf(out), f32(att_state), bf(qkv),
-                                     attention_scores(bytes), bytes, B, Tn, C, NH,
-                                     compute_stream());
-        return;
-      }
-      default:
-        ECO_CHECK_CUDA(cuda::attention_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH,
-                                               compute_stream()));
-    }
-  }
-  // scratch (B, NH, T) fp32 holds D = rowsum(dout * out) on every path.
-  void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
-                          const Tensor& qkv, const Tensor& out, const Tensor& att_state, int B,
-                          int Tn, int C, int NH) override {
-    ECO_OP("attention_backward");
-    switch (attention_path(B, Tn, C, NH, {bf(dqkv), bf(dout), bf(qkv), bf(out)})) {
-      case CudaAttention::Mma:
-        cuda::attention_mma_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
-                                     f32(att_state), B, Tn, C, NH, compute_stream());
-        return;
-      case CudaAttention::Gemm: {
-        const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
-        cuda::attention_gemm_backward(gemm_, bf(dqkv), f32(scratch), attention_scores(bytes),
-                                      bytes, bf(dout), bf(qkv), bf(out), f32(att_state), B, Tn, C,
-                                      NH, compute_stream());
-        return;
-      }
-      default:
-        ECO_CHECK_CUDA(cuda::attention_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
-                                                f32(att_state), B, Tn, C, NH, compute_stream()));
-    }
-  }
-  // Grouped-query, sliding-window or query-scaled attention (gemma3). A plain() shape is the
-  // multi-head attention above (its paths and their choice); any other runs the flash kernel
-  // (attention.cuh: head sizes up to 256) unless ECO_CUDA_ATTENTION=mma and the mma path takes it
-  // (attention_mma.cuh: head sizes 32, 64, 128, 256, 16-byte aligned buffers). Both save the same
-  // lse (B, NH, T), so a forward and a backward may take different paths.
-  void attention_forward_gqa(const Tensor& out, const Tensor& att_state, const Tensor& qkv, int B,
-                             int Tn, const AttentionShape& a) override {
     if (a.plain()) {
-      attention_forward(out, att_state, qkv, B, Tn, a.NH * a.hd, a.NH);
+      multi_head_attention_forward(out, att_state, qkv, B, Tn, a.NH * a.hd, a.NH);
       return;
     }
-    ECO_OP("attention_forward");
     check_attention_shape(a);
     if (gqa_attention_path(B, Tn, a, {bf(out), bf(qkv)}) == CudaAttention::Mma) {
       cuda::attention_mma_forward_gqa(bf(out), f32(att_state), bf(qkv), B, Tn, a, compute_stream());
@@ -398,14 +339,15 @@ class CudaBackend final : public Backend {
     ECO_CHECK_CUDA(
         cuda::attention_forward_gqa(bf(out), f32(att_state), bf(qkv), B, Tn, a, compute_stream()));
   }
-  void attention_backward_gqa(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
-                              const Tensor& qkv, const Tensor& out, const Tensor& att_state, int B,
-                              int Tn, const AttentionShape& a) override {
+  void attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
+                          const Tensor& qkv, const Tensor& out, const Tensor& att_state, int B,
+                          int Tn, const AttentionShape& a) override {
+    ECO_OP("attention_backward");
     if (a.plain()) {
-      attention_backward(dqkv, scratch, dout, qkv, out, att_state, B, Tn, a.NH * a.hd, a.NH);
+      multi_head_attention_backward(dqkv, scratch, dout, qkv, out, att_state, B, Tn, a.NH * a.hd,
+                                    a.NH);
       return;
     }
-    ECO_OP("attention_backward");
     check_attention_shape(a);
     if (gqa_attention_path(B, Tn, a, {bf(dqkv), bf(dout), bf(qkv), bf(out)}) ==
         CudaAttention::Mma) {
@@ -416,17 +358,17 @@ class CudaBackend final : public Backend {
     ECO_CHECK_CUDA(cuda::attention_backward_gqa(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
                                                 f32(att_state), B, Tn, a, compute_stream()));
   }
-  void rope_forward_gqa(const Tensor& out, const Tensor& inp, int B, int Tn, int NH, int KVH,
-                        int hd, float theta) override {
+  void rope_forward(const Tensor& out, const Tensor& inp, int B, int Tn, const AttentionShape& a,
+                    float theta) override {
     ECO_OP("rope_forward");
-    ECO_CHECK_CUDA(
-        cuda::rope_forward_gqa(bf(out), bf(inp), B, Tn, NH, KVH, hd, theta, compute_stream()));
+    ECO_CHECK_CUDA(cuda::rope_forward_gqa(bf(out), bf(inp), B, Tn, a.NH, a.KVH, a.hd, theta,
+                                          compute_stream()));
   }
-  void rope_backward_gqa(const Tensor& dinp, const Tensor& dout, int B, int Tn, int NH, int KVH,
-                         int hd, float theta) override {
+  void rope_backward(const Tensor& dinp, const Tensor& dout, int B, int Tn,
+                     const AttentionShape& a, float theta) override {
     ECO_OP("rope_backward");
-    ECO_CHECK_CUDA(
-        cuda::rope_backward_gqa(bf(dinp), bf(dout), B, Tn, NH, KVH, hd, theta, compute_stream()));
+    ECO_CHECK_CUDA(cuda::rope_backward_gqa(bf(dinp), bf(dout), B, Tn, a.NH, a.KVH, a.hd, theta,
+                                           compute_stream()));
   }
   void qk_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp,
                           const Tensor& wq, const Tensor& wk, int N, int NH, int KVH, int hd,
@@ -727,15 +669,6 @@ class CudaBackend final : public Backend {
   }
 
   // ---- optimizer ----------------------------------------------------------------------------
-  double sum_squares(const Tensor& x, int64_t n) override {
-    ECO_OP("sum_squares");
-    double* out = static_cast<double*>(sum_squares_);
-    ECO_CHECK_CUDA(cuda::sum_squares(out, f32(x), n, out + 1, compute_stream()));
-    double h = 0;
-    ECO_CHECK_CUDA(cudaMemcpyAsync(&h, out, sizeof h, cudaMemcpyDeviceToHost, compute_stream()));
-    synchronize();
-    return h;
-  }
   // The segment table goes up and the partials come back through two scratches that grow to the
   // largest list asked (the same list every step: they grow once); a synchronisation, as above.
   void sum_squares_segments(const Tensor& x, const std::vector<SumSegment>& segs,
@@ -829,6 +762,50 @@ class CudaBackend final : public Backend {
   static uint8_t* codes(const QTensor& q) { return typed<uint8_t>(q.codes, DType::U8); }
 
   float* scratch_f32(size_t n) { return scratch_f32_.get<float>(n, compute_stream(), ledger_); }
+  // Plain multi-head attention over C = NH hs: the path (kernels/cuda/cuda_attention.h) is the
+  // one ECO_CUDA_ATTENTION asks for where the call's shapes and buffers allow it, else the next
+  // of mma (attention_mma.cuh: hs 32, 64, 128), the cuBLASLt GEMMs (attention_gemm.cuh: hs % 8
+  // == 0) and the flash kernel (attention.cuh: any shape); auto is gemm, else flash (mma runs
+  // only on request: cuda_attention.h).
+  void multi_head_attention_forward(const Tensor& out, const Tensor& att_state, const Tensor& qkv,
+                                    int B, int Tn, int C, int NH) {
+    switch (attention_path(B, Tn, C, NH, {bf(out), bf(qkv)})) {
+      case CudaAttention::Mma:
+        cuda::attention_mma_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH,
+                                    compute_stream());
+        return;
+      case CudaAttention::Gemm: {
+        const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
+        cuda::attention_gemm_forward(gemm_, bf(out), f32(att_state), bf(qkv),
+                                     attention_scores(bytes), bytes, B, Tn, C, NH,
+                                     compute_stream());
+        return;
+      }
+      default:
+        ECO_CHECK_CUDA(cuda::attention_forward(bf(out), f32(att_state), bf(qkv), B, Tn, C, NH,
+                                               compute_stream()));
+    }
+  }
+  void multi_head_attention_backward(const Tensor& dqkv, const Tensor& scratch, const Tensor& dout,
+                                     const Tensor& qkv, const Tensor& out,
+                                     const Tensor& att_state, int B, int Tn, int C, int NH) {
+    switch (attention_path(B, Tn, C, NH, {bf(dqkv), bf(dout), bf(qkv), bf(out)})) {
+      case CudaAttention::Mma:
+        cuda::attention_mma_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
+                                     f32(att_state), B, Tn, C, NH, compute_stream());
+        return;
+      case CudaAttention::Gemm: {
+        const size_t bytes = cuda::attention_gemm_scratch_bytes(Tn, NH);
+        cuda::attention_gemm_backward(gemm_, bf(dqkv), f32(scratch), attention_scores(bytes),
+                                      bytes, bf(dout), bf(qkv), bf(out), f32(att_state), B, Tn, C,
+                                      NH, compute_stream());
+        return;
+      }
+      default:
+        ECO_CHECK_CUDA(cuda::attention_backward(bf(dqkv), f32(scratch), bf(dout), bf(qkv), bf(out),
+                                                f32(att_state), B, Tn, C, NH, compute_stream()));
+    }
+  }
   // The attention path of a call (kernels/cuda/cuda_attention.h).
   CudaAttention attention_path(int B, int T, int C, int NH,
                                std::initializer_list<const void*> matrices) const {
@@ -947,7 +924,6 @@ class CudaBackend final : public Backend {
   cuda::GemmEngine gemm_;
   CudaAttention attention_request_;  // ECO_CUDA_ATTENTION, read once
   std::vector<DeviceBuffer> buffers_;
-  void* sum_squares_ = nullptr;  // 1 + kSumSquaresScratch doubles: the result, then the partials
   GrowingScratch segment_table_{"sum_squares_segments table", sizeof(SumSegment)};
   GrowingScratch segment_sums_{"sum_squares_segments partials", sizeof(double)};
   GrowingScratch scratch_f32_{"cuda scratch (fp32)", sizeof(float)};

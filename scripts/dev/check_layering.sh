@@ -8,7 +8,8 @@
 #                   implements)
 #   src/core        config, files: includes only src/base and itself
 #   src/quant, src/model, src/optim, src/data, src/dist, src/hf, src/train: the library; it
-#                   reaches the backends only through src/base/backend.h (never kernels/)
+#                   reaches the backends only through src/base/backend.h and its family
+#                   headers src/base/backend_*.h (never kernels/)
 #   src/cli         the program: may include anything
 # Within the library: src/model, src/quant, src/data and src/hf include nothing of src/dist (the
 # model asks for its token exchange through model/expert_exchange.h, which src/dist implements);

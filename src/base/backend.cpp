@@ -1,7 +1,7 @@
-// The Backend's default operations: the (emulated) quantized linear layer, the (unpadded)
-// language-model head, unfused residual + norm, per-tensor plain updates; the segment check of
-// sum_squares_segments. make_backend is in make_backend.cpp, so that linking the CPU backend
-// alone (tests/emu) needs no CUDA backend.
+// Backend's defaults that compose operations of several families (the emulated quantized linear
+// layer, the unpadded language-model head, the router's GEMMs, unfused residual + norm) and the
+// segment check of sum_squares_segments. make_backend is in make_backend.cpp, so that linking the
+// CPU backend alone (tests/emu) needs no CUDA backend.
 #include "base/backend.h"
 
 #include "base/error.h"

@@ -56,10 +56,10 @@ void AttentionBlock::forward(const ModelContext& ctx, const Tensor& out, int B, 
     qkv = qk_normed_;
   }
   if (m.positions == PositionKind::Rope) {
-    ctx.be.rope_forward_gqa(qkv_rope_, qkv, B, T, a.NH, a.KVH, a.hd, rope_theta_);
+    ctx.be.rope_forward(qkv_rope_, qkv, B, T, a, rope_theta_);
     qkv = qkv_rope_;
   }
-  ctx.be.attention_forward_gqa(atty_, att_, qkv, B, T, a);  // (N, A)
+  ctx.be.attention_forward(atty_, att_, qkv, B, T, a);  // (N, A)
   if (!m.post_norms) {
     linear_forward(ctx, proj_, out, atty_, proj_in_, N, A, C);  // (N, C)
     return;
@@ -94,10 +94,10 @@ void AttentionBlock::backward(const ModelContext& ctx, const BlockScratch& s, co
   const Tensor d_rope_in = m.qk_norm ? s.d_qkv_normed : s.d_qkv;  // RoPE's input gradient
   const Tensor d_att_in = rope ? s.d_qkv_rope : d_rope_in;
   be.zero(d_att_in);
-  be.attention_backward_gqa(d_att_in, s.d_att, s.d_atty, att_in, atty_, att_, B, T, a);
+  be.attention_backward(d_att_in, s.d_att, s.d_atty, att_in, atty_, att_, B, T, a);
   if (rope) {
     be.zero(d_rope_in);
-    be.rope_backward_gqa(d_rope_in, s.d_qkv_rope, B, T, a.NH, a.KVH, a.hd, rope_theta_);
+    be.rope_backward(d_rope_in, s.d_qkv_rope, B, T, a, rope_theta_);
   }
   if (m.qk_norm) {
     be.zero(s.d_qkv);

@@ -415,8 +415,9 @@ bool backend_attention_writes_finite(Backend& be, int B, int T, int C, int NH) {
   const Tensor lse = be.alloc("lse", state, DType::F32, MemCategory::Activations);
   const Tensor scratch = be.alloc("D", state, DType::F32, MemCategory::Workspace);
   be.copy_from_host(out, std::vector<uint16_t>(size_t(N * C), 0xFFFF).data());  // NaN
-  be.attention_forward(out, lse, qkv, B, T, C, NH);
-  be.attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, C, NH);
+  const AttentionShape a = AttentionShape::multi_head(NH, C / NH);
+  be.attention_forward(out, lse, qkv, B, T, a);
+  be.attention_backward(dqkv, scratch, dout, qkv, out, lse, B, T, a);
   const auto all_finite = [](const std::vector<float>& v) {
     return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
   };
@@ -552,7 +553,7 @@ std::vector<uint16_t> backend_attention_out(Backend& be, const AttnShape& s) {
   const Tensor out = be.alloc("out", {N, s.C()}, DType::BF16, MemCategory::Workspace);
   const Tensor lse =
       be.alloc("lse", be.attention_state_shape(s.B, s.NH, s.T), DType::F32, MemCategory::Workspace);
-  be.attention_forward(out, lse, qkv, s.B, s.T, s.C(), s.NH);
+  be.attention_forward(out, lse, qkv, s.B, s.T, AttentionShape::multi_head(s.NH, s.hs));
   std::vector<uint16_t> bits(s.n_out());
   be.copy_to_host(bits.data(), out);
   return bits;
@@ -678,7 +679,7 @@ std::vector<uint16_t> backend_gqa_out(Backend& be, const AttnShape& s) {
   const Tensor out = be.alloc("out", {N, s.C()}, DType::BF16, MemCategory::Workspace);
   const Tensor lse =
       be.alloc("lse", be.attention_state_shape(s.B, s.NH, s.T), DType::F32, MemCategory::Workspace);
-  be.attention_forward_gqa(out, lse, qkv, s.B, s.T, s.attention());
+  be.attention_forward(out, lse, qkv, s.B, s.T, s.attention());
   std::vector<uint16_t> bits(s.n_out());
   be.copy_to_host(bits.data(), out);
   return bits;

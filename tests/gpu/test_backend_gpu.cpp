@@ -1,7 +1,7 @@
 // The CUDA backend's operations that have no kernel test of their own (quantize with every
-// granularity, dequantize, the fp32 -> bf16 weight rounding, the activation casts, sum_squares,
-// sum_squares_segments)
-// against the CPU reference, through the Backend interface as the model calls them.
+// granularity, dequantize, the fp32 -> bf16 weight rounding, the activation casts,
+// sum_squares_segments) against the CPU reference, through the Backend interface as the model
+// calls them.
 // Bit-identical where both run the same src/base/math element math in the same order; the
 // E4M3 activation cast equals the CPU cast of the same (bf16) values, rounded once to bf16.
 #include <gtest/gtest.h>
@@ -145,14 +145,16 @@ TEST(GpuConvert, Bf16ToF32WidensEveryBitPatternExactly) {
   EXPECT_TRUE(same_bits(gputest::to_host<float>(d_out, want.size()), want));
 }
 
-TEST(GpuBackend, SumSquaresMatchesCpuInDouble) {
+// The whole tensor as one segment (the sum of squares of a tensor).
+TEST(GpuBackend, SumSquaresOfAWholeTensorMatchesCpuInDouble) {
   ECO_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
   auto cpu = make_cpu_backend();
   for (int64_t n : {int64_t(1), int64_t(1000), int64_t(3) << 20}) {
     const auto x = gputest::randn(size_t(n), 77 + uint64_t(n));
-    const double g = gpu->sum_squares(upload(*gpu, x, DType::F32, {n}), n);
-    const double c = cpu->sum_squares(upload(*cpu, x, DType::F32, {n}), n);
+    double g = std::nan(""), c = std::nan("");
+    gpu->sum_squares_segments(upload(*gpu, x, DType::F32, {n}), {{0, n}}, &g);
+    cpu->sum_squares_segments(upload(*cpu, x, DType::F32, {n}), {{0, n}}, &c);
     EXPECT_NEAR(g, c, 1e-12 * c) << n;  // double sums of fp32 squares in another order
   }
 }
