@@ -65,12 +65,15 @@ import collections, glob, os, re, subprocess, sys
 root, work = sys.argv[1], sys.argv[2]
 # Local memory that is known and accepted: (start of the kernel's demangled name, the most
 # stack-frame bytes, the most spilled bytes). None of them is a hot path: the SGDM register and
-# per-tensor kernels keep an 8-16 byte frame with up to 16 bytes of spills (sm_90a: 16 / 16 at
-# bf16 state and 4 elements per thread), two one-quad AdamW instances an 8-byte frame; the
-# specialised fp8 / SR / ECO AdamW instances GPT-2 runs have none.
+# per-tensor kernels (and the sign-SGDM test rule's, built on SGDM's) keep an 8-16 byte frame
+# with up to 16 bytes of spills (sm_90a: 16 / 16 at bf16 state and 4 elements per thread), two
+# one-quad AdamW instances an 8-byte frame; the specialised fp8 / SR / ECO AdamW instances GPT-2
+# runs have none.
 ACCEPTED = [
     ("void quantized_update_registers_kernel<eco::SgdmRule<float>,", 16, 16),
     ("void tensor_update_pass1_kernel<eco::SgdmRule<float>,", 16, 16),
+    # The sign-SGDM rule (the interface's test rule) holds SGDM's rule inside: the same frame.
+    ("void quantized_update_registers_kernel<eco::SignSgdmRule<float>,", 16, 16),
     ("void quantized_update_registers_kernel<eco::AdamWRule<float>, float, 1, true, 0, 0, -1,", 8, 0),
     ("void quantized_update_registers_kernel<eco::AdamWRule<float>, unsigned short, 1, false, -1,", 8,
      0),
