@@ -3,7 +3,7 @@
 # tests: builds eco-train alone (CPU only, -O1 -g -fsanitize=address,undefined) into
 # build-asan/, then runs tests/e2e/{bad_input,bad_config,run_dir,resume_cases,divergence,
 # disk_full}.sh against it, stopping at the first sanitizer report. Not part of scripts/test.sh
-# (it takes a build of its own); run it after changes to config, data or checkpoint handling.
+# (it takes a build of its own): CI (.ci/run) runs it after scripts/test.sh.
 # Usage: scripts/dev/sanitize_check.sh [TEST...]   (test names without .sh; default: those above)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
