@@ -496,6 +496,10 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
   if (plan_->world() > 1) {  // rank 0's traffic (every rank sends the same amounts)
     const CommBytes b = plan_->bytes_sent();
     const int64_t steps = std::max<int64_t>(p.step - p.start, 1);
+    // A process that ran no step (a finished run's summary rebuilt) measured no step's traffic.
+    const auto per_step = [&](double v) {
+      return p.step > p.start ? nlohmann::json(v) : nlohmann::json();
+    };
     summary["parallel"] = {
         {"communicator", plan_->communicator_name()},
         {"world", plan_->world()},
@@ -508,9 +512,9 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
                         {"all_gather", b.all_gather}, {"gather", b.gather},
                         {"broadcast", b.broadcast}, {"all_to_all", b.all_to_all},
                         {"total", b.total()}}},
-        {"bytes_sent_per_step", double(b.total()) / double(steps)},
+        {"bytes_sent_per_step", per_step(double(b.total()) / double(steps))},
         {"bytes_sent_per_param_per_step",
-         double(b.total()) / double(steps) / double(model_->table().total)}};
+         per_step(double(b.total()) / double(steps) / double(model_->table().total))}};
     if (opt_->sharded()) {
       // ZeRO-1's all-gather of the stored weights, per step, from the communicators' counters:
       // every rank sends its range to the w - 1 others, so the bytes all ranks sent over w - 1
@@ -534,10 +538,10 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
         if (store.storage(i).value) values += model_->table().specs[i].numel();
       }
       nlohmann::json& z = summary["parallel"]["zero1_all_gather"];
-      z["quantized_bytes_per_step"] = q_step;
-      z["value_bytes_per_step"] = v_step;
-      if (quantized > 0) z["bytes_per_quantized_param"] = q_step / double(quantized);
-      if (values > 0) z["bytes_per_value"] = v_step / double(values);
+      z["quantized_bytes_per_step"] = per_step(q_step);
+      z["value_bytes_per_step"] = per_step(v_step);
+      if (quantized > 0) z["bytes_per_quantized_param"] = per_step(q_step / double(quantized));
+      if (values > 0) z["bytes_per_value"] = per_step(v_step / double(values));
     }
   }
   if (nlohmann::json prof = profile.finish(log_); !prof.is_null()) summary["profile"] = prof;

@@ -2,7 +2,8 @@
 # micro-batch on every rank, so equal trainings at different splits report the same block. An SMoE
 # whose capacity drops tokens, one rank accumulating 2 micro-batches, 2 data-parallel ranks and 2
 # expert-parallel ranks: the same loads, dropped slots, aux and z losses and entropy at every
-# logged step, and every layer's loads sum to the step's slots (tokens x top_k).
+# logged step, and every layer's loads sum to the step's slots (tokens x top_k). The ep 2 run's
+# summary rebuilt after a kill right after its final checkpoint equals it key for key.
 # Skips (77) without mpirun or in a build without MPI.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
@@ -40,5 +41,28 @@ for run in ("dp2", "ep2"):
     assert steps == accum, f"{run}: {steps} != accum {accum}"
     assert summary == accum_summary, f"{run}: {summary} != {accum_summary}"
 print("moe figures equal at steps", sorted(accum), "dropped", [accum[s]["dropped"] for s in sorted(accum)])
+PY
+
+# The summary rebuilt after a kill right after the final checkpoint (2 expert-parallel ranks) has
+# every key of the uninterrupted one, and its values but for this process's wall clock and traffic.
+cp -r ep2 ep2_killed
+rm ep2_killed/summary.json
+"${MPI[@]}" -np 2 "$ECO_TRAIN" "${common[@]}" --set parallel.ep=2 --set train.out_dir="$WORK/ep2_killed" --resume \
+  >ep2_killed.log 2>&1 || { cat ep2_killed.log; fail "ep2_killed: exit $?"; }
+python3 - ep2/summary.json ep2_killed/summary.json <<'PY'
+import json, sys
+def flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+a, b = (flat(json.load(open(p))) for p in sys.argv[1:3])
+assert set(a) == set(b), sorted(set(a) ^ set(b))
+measured = {"wall_s", "tokens_per_s"}
+for k in a:
+    if k not in measured and not k.startswith("parallel.bytes_sent"):
+        assert a[k] == b[k], (k, a[k], b[k])
+assert b["parallel.bytes_sent_per_step"] is None, b
+print("ep 2 summary rebuilt key for key")
 PY
 echo "moe_figures: all cases passed"
