@@ -1,10 +1,13 @@
 // eco-ckpt: look into checkpoints.
-//   eco-ckpt info CKPT        step, tokens, fingerprint and each section's size and FNV-1a hash
+//   eco-ckpt info CKPT        step, tokens, fingerprint, the loss-spike window and each
+//                             section's size and FNV-1a hash
 //   eco-ckpt diff CKPT CKPT   compares the training state (step, tokens, fingerprint and every
 //                             section: parameters, codes, scales, moments, ...) byte for byte;
 //                             exit 0 when equal, 1 when not (each difference printed), 2 on a
 //                             usage or read error. The resolved configs are not compared (two
-//                             equal trainings may differ in, e.g., parallel.dp and grad_accum).
+//                             equal trainings may differ in, e.g., parallel.dp and grad_accum),
+//                             nor the loss-spike windows (losses summed over the micro-batches
+//                             and ranks of another split may differ in their last bits).
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -25,6 +28,8 @@ int info(const std::string& path) {
   const eco::CheckpointState s = eco::load_checkpoint(path);
   std::printf("%s: step %lld, %lld tokens\nfingerprint: %s\n", path.c_str(), (long long)s.step,
               (long long)s.tokens, s.fingerprint.c_str());
+  std::printf("loss-spike window: %zu losses, lowest running median %.6g\n",
+              s.loss_spikes.recent.size(), s.loss_spikes.lowest_median);
   for (const auto& [name, bytes] : s.sections)
     std::printf("  %-24s %14zu bytes  fnv1a %016llx\n", name.c_str(), bytes.size(),
                 (unsigned long long)fnv1a(bytes));

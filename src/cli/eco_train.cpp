@@ -1,6 +1,6 @@
 // eco-train: train a model from a YAML config, or export a checkpoint for Hugging Face.
 //   eco-train CONFIG.yaml [--set key=value]... [--plan] [--resume[=CHECKPOINT] |
-//             --resume-if-present] [--overwrite]
+//             --resume-if-present] [--resume-diverged] [--overwrite]
 //   eco-train export CHECKPOINT --out DIR [--dtype bf16|f32] [--shard-size BYTES] [--codes]
 // Exit codes: 0, 1 (I/O, checkpoint, divergence), 2 (usage, config, run directory), 3 (data),
 // 130 / 143 (stopped by SIGINT / SIGTERM after its checkpoint).
@@ -25,7 +25,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: eco-train CONFIG.yaml [--set key=value]... [--plan]\n"
-    "                 [--resume[=CHECKPOINT] | --resume-if-present] [--overwrite]\n"
+    "                 [--resume[=CHECKPOINT] | --resume-if-present] [--resume-diverged]\n"
+    "                 [--overwrite]\n"
     "  --set key=value      override a config key (repeatable), e.g. --set optim.lr=3e-4\n"
     "  --plan               print the parameter table and memory ledger, and whether the run\n"
     "                       fits the device's memory (exit 2 when it does not), then exit\n"
@@ -33,6 +34,8 @@ constexpr const char* kUsage =
     "                       (an error when there is none)\n"
     "  --resume=PATH        continue from a specific checkpoint file\n"
     "  --resume-if-present  as --resume when train.out_dir holds a checkpoint, else start\n"
+    "  --resume-diverged    with a --resume flag: resume a run whose summary.json says it\n"
+    "                       diverged after the checkpoint (without it that is refused, exit 1)\n"
     "  --overwrite          start over in a train.out_dir holding an earlier run's checkpoints,\n"
     "                       deleting them (without it such a start is refused)\n"
     "\n"
@@ -153,6 +156,8 @@ int run(int argc, char** argv, eco::Communicator& comm) {
       opts.resume = true;
     } else if (a == "--resume-if-present") {
       opts.resume_if_present = true;
+    } else if (a == "--resume-diverged") {
+      opts.resume_diverged = true;
     } else if (a == "--overwrite") {
       opts.overwrite = true;
     } else if (a.rfind("--resume=", 0) == 0) {
@@ -170,6 +175,8 @@ int run(int argc, char** argv, eco::Communicator& comm) {
   if (config_path.empty()) eco::usage_error("no config file given (usage: eco-train CONFIG.yaml [options]; see --help)");
   if (opts.resume && opts.resume_if_present)
     eco::usage_error("--resume and --resume-if-present exclude each other");
+  if (opts.resume_diverged && !opts.resume && !opts.resume_if_present)
+    eco::usage_error("--resume-diverged goes with --resume, --resume=PATH or --resume-if-present");
   if (opts.overwrite && (opts.resume_if_present || (opts.resume && opts.resume_path.empty())))
     eco::usage_error("--overwrite starts over; it goes with a fresh start or --resume=PATH, not "
                      "with --resume or --resume-if-present");

@@ -280,6 +280,7 @@ Transformer::MoeSummary Transformer::moe_summary() const {
     m.load_min = m.layers == 0 ? *lo : std::min(m.load_min, *lo);
     m.load_max = std::max(m.load_max, *hi);
     m.load_mean = double(st->tokens) * cfg_.moe.top_k / cfg_.moe.n_experts;
+    m.tokens = st->tokens;
     m.dropped += st->dropped;
     m.aux += st->aux;
     m.z += st->z;

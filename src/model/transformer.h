@@ -84,6 +84,7 @@ class Transformer {
     int layers = 0;
     int64_t load_min = 0, load_max = 0;  // slots of the least and most loaded expert
     double load_mean = 0;                // tokens * k / E
+    int64_t tokens = 0;                  // tokens each MoE layer routed
     int64_t dropped = 0;
     double aux = 0, z = 0, entropy = 0;
     std::vector<std::vector<int64_t>> loads;  // (MoE layers, E) slots per expert

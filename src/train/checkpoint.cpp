@@ -1,15 +1,20 @@
-// Checkpoint file format (little-endian):
+// Checkpoint file format (little-endian), version 2:
 //   "ECOCKPT\0" | u32 version | i64 step | i64 tokens | str fingerprint | str config_yaml |
-//   u32 n_sections | n x (str name | u64 bytes | bytes) | u32 crc32 of everything before
-// where str = u64 length + bytes.
+//   u32 n_sections | n x (str name | u64 bytes | bytes) |
+//   u32 n_losses | n_losses x f64 | f64 lowest_median | u32 crc32 of everything before
+// where str = u64 length + bytes, and the losses and lowest_median are the loss-spike detector's
+// window and lowest running median (+inf when the window is empty). Version 1 is the same without
+// the loss-spike record.
 #include "train/checkpoint.h"
 
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/atomic_file.h"
 #include "core/config.h"
@@ -21,7 +26,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'E', 'C', 'O', 'C', 'K', 'P', 'T', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
+constexpr uint32_t kFirstVersion = 1;  // no loss-spike record
 
 // Writes through an AtomicFile, keeping the running CRC32 of every byte.
 class Writer {
@@ -76,6 +82,29 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// The loss-spike record: at most a window's worth of finite losses, and a finite lowest median
+// (+inf exactly when there are none).
+LossSpikeDetector::State read_loss_spikes(Reader& r, const std::string& path) {
+  LossSpikeDetector::State s;
+  const uint32_t n = r.pod<uint32_t>();
+  if (n > ConfigLimits::kMaxSpikeWindow)
+    runtime_error("{}: corrupt checkpoint: a loss-spike window of {} losses (at most {})", path, n,
+                  ConfigLimits::kMaxSpikeWindow);
+  s.recent.resize(n);
+  for (double& loss : s.recent) {
+    loss = r.pod<double>();
+    if (!std::isfinite(loss))
+      runtime_error("{}: corrupt checkpoint: the loss-spike window holds {}", path, loss);
+  }
+  s.lowest_median = r.pod<double>();
+  const bool plausible = n > 0 ? std::isfinite(s.lowest_median)
+                               : s.lowest_median == std::numeric_limits<double>::infinity();
+  if (!plausible)
+    runtime_error("{}: corrupt checkpoint: lowest running loss median {} for {} losses", path,
+                  s.lowest_median, n);
+  return s;
+}
+
 }  // namespace
 
 const std::vector<char>& CheckpointState::section(const std::string& name,
@@ -100,6 +129,9 @@ void save_checkpoint(const std::string& path, const CheckpointState& st) {
     w.pod<uint64_t>(blob.size());
     w.bytes(blob.data(), blob.size());
   }
+  w.pod<uint32_t>(uint32_t(st.loss_spikes.recent.size()));
+  for (double loss : st.loss_spikes.recent) w.pod<double>(loss);
+  w.pod<double>(st.loss_spikes.lowest_median);
   const uint32_t crc = uint32_t(w.crc());
   w.bytes(&crc, sizeof crc);
   file.commit();
@@ -127,9 +159,9 @@ CheckpointState load_checkpoint(const std::string& path) {
   char magic[8];
   r.bytes(magic, 8);
   const uint32_t version = r.pod<uint32_t>();
-  if (version != kVersion)
-    runtime_error("{}: checkpoint version {} is not supported (expected {})", path, version,
-                  kVersion);
+  if (version < kFirstVersion || version > kVersion)
+    runtime_error("{}: checkpoint version {} is not supported (expected {} to {})", path, version,
+                  kFirstVersion, kVersion);
   CheckpointState st;
   st.step = r.pod<int64_t>();
   st.tokens = r.pod<int64_t>();
@@ -148,6 +180,7 @@ CheckpointState load_checkpoint(const std::string& path) {
     r.bytes(blob.data(), bytes);
     st.sections.emplace_back(std::move(name), std::move(blob));
   }
+  if (version >= 2) st.loss_spikes = read_loss_spikes(r, path);
   if (r.pos() != buf.size() - 4)
     runtime_error("{}: checkpoint has {} unexpected trailing bytes", path, buf.size() - 4 - r.pos());
   return st;
@@ -178,12 +211,14 @@ std::string latest_checkpoint(const std::string& dir) {
   return all.empty() ? std::string() : all.back().second;
 }
 
-void prune_checkpoints(const std::string& dir, int keep) {
+std::vector<std::string> prune_checkpoints(const std::string& dir, int keep) {
   const auto all = list_checkpoints(dir);
+  std::vector<std::string> removed;
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) {
     std::error_code ec;
-    fs::remove(all[i].second, ec);
+    if (fs::remove(all[i].second, ec)) removed.push_back(all[i].second);
   }
+  return removed;
 }
 
 }  // namespace eco

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 namespace eco {
@@ -26,6 +27,16 @@ std::optional<std::string> LossSpikeDetector::add(double loss) {
   const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
   lowest_median_ = std::min(lowest_median_, median);
   return std::nullopt;
+}
+
+LossSpikeDetector::State LossSpikeDetector::state() const {
+  return {std::vector<double>(recent_.begin(), recent_.end()), lowest_median_};
+}
+
+void LossSpikeDetector::restore(const State& s) {
+  const size_t skip = s.recent.size() > window_ ? s.recent.size() - window_ : 0;
+  recent_.assign(s.recent.begin() + std::ptrdiff_t(skip), s.recent.end());
+  lowest_median_ = s.lowest_median;
 }
 
 }  // namespace eco

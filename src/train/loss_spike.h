@@ -3,13 +3,15 @@
 // is a spike when it exceeds both spike_factor x and 1 nat above the lowest median of
 // spike_window consecutive losses seen so far (of the fewer there are in a run's first steps),
 // so it reacts to a sudden jump and to a slow climb alike, and not to noise at a low loss. A
-// run's first loss (about ln V at initialisation, or the resumed model's) is never a spike.
+// run's first loss (about ln V at initialisation) is never a spike; a resumed run takes the
+// detector's state from its checkpoint, so its first loss is judged as in the run it continues.
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace eco {
 
@@ -21,6 +23,17 @@ class LossSpikeDetector {
   // Takes one step's (finite) loss: a one-line description when it is a spike, else nothing. A
   // spike is not added to the window.
   std::optional<std::string> add(double loss);
+
+  // What the detector has seen: the window's losses, oldest first, and the lowest running median
+  // (infinite before the first loss). Checkpoints carry it.
+  struct State {
+    std::vector<double> recent;
+    double lowest_median = std::numeric_limits<double>::infinity();
+  };
+  State state() const;
+  // Continues from `s` (a resumed run); of a window longer than this detector's, the newest
+  // losses are kept.
+  void restore(const State& s);
 
  private:
   double factor_;

@@ -11,7 +11,9 @@ namespace eco {
 class MetricsLog {
  public:
   // Opens out_dir/metrics.jsonl. When resuming at `resume_step`, records of later steps (written
-  // after the checkpoint by a run that then died) are dropped so the file stays consistent.
+  // after the checkpoint by a run that then died) and a torn last line are dropped, so that each
+  // step's records appear once: the file is rewritten atomically (temp file and rename), then
+  // appended to.
   MetricsLog(const std::string& out_dir, bool resume, int64_t resume_step);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
@@ -24,8 +26,10 @@ class MetricsLog {
   std::string path_;
 };
 
-// The value of `key` in out_dir/metrics.jsonl's record of `step` (the last such record); NaN when
-// there is none.
+// The value of `key` in out_dir/metrics.jsonl's record of `step` (the last such record); null
+// when there is none.
+nlohmann::json recorded_value(const std::string& out_dir, int64_t step, const char* key);
+// The same for a number; NaN when there is none.
 double recorded_metric(const std::string& out_dir, int64_t step, const char* key);
 
 // Write a file atomically (temp file, fsync, rename); any failed write, fsync or close is an error

@@ -99,8 +99,13 @@ std::string RunDir::save_checkpoint(const CheckpointState& state, int keep) cons
   const std::string path = file(checkpoint_name(state.step).c_str());
   if (!writes()) return path;
   eco::save_checkpoint(path, state);
-  prune_checkpoints(path_, keep);  // only after the new one is safely in place
+  prune_checkpoints(keep);  // only after the new one is safely in place
   return path;
+}
+
+std::vector<std::string> RunDir::prune_checkpoints(int keep) const {
+  if (!writes()) return {};
+  return eco::prune_checkpoints(path_, keep);
 }
 
 std::vector<std::pair<int64_t, std::string>> RunDir::checkpoints() const {

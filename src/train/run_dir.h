@@ -36,6 +36,8 @@ class RunDir {
   void write_resolved_config(const std::string& yaml) const;
   // Writes ckpt_<step>.bin atomically, then keeps only the newest `keep`; returns its path.
   std::string save_checkpoint(const CheckpointState& state, int keep) const;
+  // Deletes all but the newest `keep` checkpoints; returns the paths deleted.
+  std::vector<std::string> prune_checkpoints(int keep) const;
   // The checkpoints in the directory as (step, path), oldest first (every rank may read).
   std::vector<std::pair<int64_t, std::string>> checkpoints() const;
   // Renames a checkpoint that failed to load to <name>.corrupt, so that it no longer counts as

@@ -50,7 +50,7 @@ void RunLog::train_step(const StepReport& r) {
          r.moe["load_min"].get<int64_t>(), r.moe["load_mean"].get<double>(),
          r.moe["load_max"].get<int64_t>(), r.moe["router_entropy"].get<double>(),
          r.moe["dropped"].get<int64_t>());
-  if (metrics_) {
+  if (metrics_ && r.record) {
     nlohmann::json rec = {{"step", r.step},
                           {"tokens", r.step * r.tokens_per_step},
                           {"train_loss", r.train_loss},

@@ -23,6 +23,7 @@ struct StepReport {
   double ms = 0;      // this step's wall time
   double eta_s = 0;   // estimated seconds to the end of the run
   nlohmann::json moe;  // MoE models: the router figures (run_summary.h, moe_json); else null
+  bool record = true;  // also a metrics.jsonl record (else the progress line only)
 };
 
 // "42s", "3m07s", "1h05m"; "?" for a negative or non-finite estimate.

@@ -1,6 +1,7 @@
 // The figures of summary.json.
 #include "train/run_summary.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace eco {
@@ -19,12 +20,36 @@ nlohmann::json memory_json(const MemoryLedger& ledger, int64_t params, int64_t q
   return mem;
 }
 
-nlohmann::json moe_json(const Transformer& model) {
-  const Transformer::MoeSummary m = model.moe_summary();
-  if (m.layers == 0) return nullptr;
-  return {{"aux_loss", m.aux},       {"z_loss", m.z},         {"load_min", m.load_min},
-          {"load_mean", m.load_mean}, {"load_max", m.load_max}, {"router_entropy", m.entropy},
-          {"dropped", m.dropped},     {"layer_loads", m.loads}};
+void MoeStepFigures::add(const Transformer::MoeSummary& m) {
+  if (m.layers == 0) return;
+  if (loads.empty()) loads.assign(m.loads.size(), std::vector<int64_t>(m.loads[0].size(), 0));
+  for (size_t l = 0; l < loads.size(); ++l)
+    for (size_t e = 0; e < loads[l].size(); ++e) loads[l][e] += m.loads[l][e];
+  ++forwards;
+  tokens += m.tokens;
+  dropped += m.dropped;
+  aux += m.aux;
+  z += m.z;
+  entropy += m.entropy;
+}
+
+nlohmann::json moe_json(const MoeStepFigures& step, const MoeConfig& moe) {
+  if (step.forwards == 0) return nullptr;
+  int64_t lo = step.loads[0][0], hi = lo;
+  for (const std::vector<int64_t>& layer : step.loads) {
+    const auto [l, h] = std::minmax_element(layer.begin(), layer.end());
+    lo = std::min(lo, *l);
+    hi = std::max(hi, *h);
+  }
+  const double n = double(step.forwards);
+  return {{"aux_loss", step.aux / n},
+          {"z_loss", step.z / n},
+          {"load_min", lo},
+          {"load_mean", double(step.tokens) * moe.top_k / moe.n_experts},
+          {"load_max", hi},
+          {"router_entropy", step.entropy / n},
+          {"dropped", step.dropped},
+          {"layer_loads", step.loads}};
 }
 
 nlohmann::json summary_json(const RunOutcome& o, const ParamTable& table,
@@ -41,6 +66,7 @@ nlohmann::json summary_json(const RunOutcome& o, const ParamTable& table,
           {"diverged", o.diverged},
           {"treatment", o.treatment},
           {"memory", memory_json(ledger, table.total, quantized_params)}};
+  if (o.diverged && !o.divergence.empty()) j["divergence"] = o.divergence;
   if (table.active != table.total) j["active_params"] = table.active;  // MoE: a token's share
   return j;
 }

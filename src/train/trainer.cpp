@@ -95,14 +95,16 @@ void Trainer::save(int64_t step, Progress& p) {
   int32_t diverged = 0;
   if (run_dir_.writes() || opt_->sharded() || plan_->experts().enabled()) {
     const NamedTensors tensors = persistent_tensors(*model_, *opt_);
-    const CheckpointState st = capture_state(cfg_, step, *backend_, tensors,
-                                             persistent_bounds(*model_, *opt_), plan_.get());
+    CheckpointState st = capture_state(cfg_, step, *backend_, tensors,
+                                       persistent_bounds(*model_, *opt_), plan_.get());
     if (run_dir_.writes()) {
       if (const std::string bad = first_non_finite(st, tensors); !bad.empty()) {
-        log_.error("training diverged by step {}: {}; no checkpoint of it written{}", step, bad,
+        p.divergence = fmt::format("training diverged by step {}: {}", step, bad);
+        log_.error("{}; no checkpoint of it written{}", p.divergence,
                    p.saved >= 0 ? fmt::format(" (the last, of step {}, is kept)", p.saved) : "");
         diverged = 1;
       } else {
+        st.loss_spikes = spikes_.state();
         const std::string path = run_dir_.save_checkpoint(st, cfg_.train.keep_checkpoints);
         log_.info("checkpoint {} written", path);
       }
@@ -111,6 +113,7 @@ void Trainer::save(int64_t step, Progress& p) {
   plan_->broadcast_from_lead(&diverged, sizeof diverged);  // every rank alike
   if (diverged) {
     p.diverged = true;
+    if (p.divergence.empty()) p.divergence = fmt::format("training diverged by step {}", step);
     return;
   }
   p.saved = step;
@@ -120,6 +123,7 @@ int64_t Trainer::restore(const CheckpointState& st, const std::string& path) {
   const int64_t step = restore_state(st, path, cfg_, *backend_, persistent_tensors(*model_, *opt_),
                                      persistent_bounds(*model_, *opt_), plan_->rank());
   opt_->set_steps_taken(step);
+  spikes_.restore(st.loss_spikes);
   log_.info("resumed from {} at step {}", path, step);
   return step;
 }
@@ -128,8 +132,13 @@ void Trainer::start_or_resume(const RunOptions& opts, Progress& p) {
   namespace fs = std::filesystem;
   const auto existing = run_dir_.checkpoints();
   const auto resume_at = [&](const CheckpointState& st, const std::string& path) {
+    check_divergence_record(st.step, path, opts.resume_diverged);
     p.start = p.step = p.saved = restore(st, path);
     p.resumed = true;
+    // As after each checkpoint: a run killed between a checkpoint's rename and the pruning left
+    // one too many.
+    for (const std::string& removed : run_dir_.prune_checkpoints(cfg_.train.keep_checkpoints))
+      log_.info("removed {} (train.keep_checkpoints {})", removed, cfg_.train.keep_checkpoints);
   };
   if (!opts.resume_path.empty()) {
     const CheckpointState st = load_checkpoint(opts.resume_path);
@@ -190,6 +199,24 @@ void Trainer::start_or_resume(const RunOptions& opts, Progress& p) {
   init_weights();
 }
 
+void Trainer::check_divergence_record(int64_t step, const std::string& path, bool allowed) {
+  const nlohmann::json s = run_dir_.read_summary();
+  if (!s.is_object() || !s.contains("diverged") || s["diverged"] != true) return;
+  // A checkpoint past the summary's steps: an earlier --resume-diverged trained beyond them.
+  if (s.contains("steps") && s["steps"].is_number_integer() && step > s["steps"].get<int64_t>())
+    return;
+  const std::string cause = s.contains("divergence") && s["divergence"].is_string()
+                                ? s["divergence"].get<std::string>()
+                                : std::string("\"diverged\": true");
+  if (!allowed)
+    runtime_error("--resume: the run in train.out_dir '{}' diverged ({}/summary.json: {}); "
+                  "resuming from {} (step {}) would train into it again: --resume-diverged "
+                  "resumes it anyway, a fresh start with --overwrite starts over",
+                  run_dir_.path(), run_dir_.path(), cause, path, step);
+  log_.warn("--resume-diverged: resuming a run that diverged ({}) from {} (step {})", cause, path,
+            step);
+}
+
 void Trainer::init_weights() {
   if (cfg_.model.init_from.empty()) {
     model_->init_weights(cfg_.train.seed);
@@ -217,6 +244,7 @@ bool Trainer::finished_run_intact(Progress& p) {
   // before its checkpoint was written.
   p.train_loss = recorded_metric(run_dir_.path(), p.step, "train_loss");
   p.val_loss = recorded_metric(run_dir_.path(), p.step, "val_loss");
+  p.moe = recorded_value(run_dir_.path(), p.step, "moe");
   if (!std::isfinite(p.val_loss)) p.val_loss = evaluate();
   return false;
 }
@@ -296,6 +324,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     try {
       loss_sum += model_->forward_backward(inputs_.data(), targets_.data(), B, T,
                                            1.0f / float(tc.grad_accum * cfg_.parallel.world()));
+      r.moe.add(model_->moe_summary());
     } catch (...) {
       model_->set_grad_ready({});
       throw;
@@ -317,15 +346,14 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   r.loss = loss_sum / tc.grad_accum;
   r.grad_norm = opt_->grad_norm();
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-    log_.error("training diverged at step {}: loss {}, grad norm {}", step + 1, r.loss,
-               r.grad_norm);
-    r.diverged = true;
+    r.divergence = fmt::format("training diverged at step {}: loss {}, grad norm {}", step + 1,
+                               r.loss, r.grad_norm);
+    log_.error("{}", r.divergence);
     return r;
   }
   if (const auto spike = spikes_.add(r.loss)) {
-    log_.error("training diverged at step {}: {}; stopped before its update and checkpoint",
-               step + 1, *spike);
-    r.diverged = true;
+    r.divergence = fmt::format("training diverged at step {}: {}", step + 1, *spike);
+    log_.error("{}; stopped before its update and checkpoint", r.divergence);
     return r;
   }
   const ScopedRange range(*backend_, "optimizer step");
@@ -357,6 +385,27 @@ void Trainer::on_grads_ready(int64_t begin, int64_t end) {
   plan_->post_gradient_range(g, begin, end);
 }
 
+nlohmann::json Trainer::step_moe_json(MoeStepFigures moe) {
+  if (moe.forwards > 0 && plan_->world() > 1) {  // every rank has the same MoE layers
+    std::vector<int64_t> counts = {moe.forwards, moe.tokens, moe.dropped};
+    for (const std::vector<int64_t>& layer : moe.loads)
+      counts.insert(counts.end(), layer.begin(), layer.end());
+    plan_->sum_over_ranks(counts.data(), int64_t(counts.size()));
+    double sums[3] = {moe.aux, moe.z, moe.entropy};
+    plan_->sum_over_ranks(sums, 3);
+    moe.forwards = counts[0];
+    moe.tokens = counts[1];
+    moe.dropped = counts[2];
+    size_t at = 3;
+    for (std::vector<int64_t>& layer : moe.loads)
+      for (int64_t& load : layer) load = counts[at++];
+    moe.aux = sums[0];
+    moe.z = sums[1];
+    moe.entropy = sums[2];
+  }
+  return moe_json(moe, cfg_.model.moe);
+}
+
 bool Trainer::stop_agreed(const StopSignals& stop) { return plan_->any_rank(stop.requested()); }
 
 void Trainer::after_step(int64_t done, const StepResult& r, double ms, double eta_s,
@@ -364,8 +413,10 @@ void Trainer::after_step(int64_t done, const StepResult& r, double ms, double et
   const auto& tc = cfg_.train;
   const int64_t total = cfg_.total_steps();
   const bool last = done == total;
-  if (done % tc.log_interval == 0 || done == p.start + 1 || last) {
-    p.moe = moe_json(*model_);  // the step's last micro-batch, before any eval forward
+  // The steps an uninterrupted run records; the first step after a resume is also printed.
+  const bool recorded = done % tc.log_interval == 0 || done == 1 || last;
+  if (recorded || done == p.start + 1) {
+    p.moe = step_moe_json(r.moe);
     log_.train_step({.step = done,
                      .total = total,
                      .tokens_per_step = cfg_.tokens_per_step(),
@@ -374,7 +425,8 @@ void Trainer::after_step(int64_t done, const StepResult& r, double ms, double et
                      .grad_norm = r.grad_norm,
                      .ms = ms,
                      .eta_s = eta_s,
-                     .moe = p.moe});
+                     .moe = p.moe,
+                     .record = recorded});
   }
   if ((tc.eval_interval > 0 && done % tc.eval_interval == 0) || last) {
     p.val_loss = evaluate();  // NaN when a stop signal cut it short
@@ -397,8 +449,9 @@ void Trainer::train_loop(Progress& p, StepProfile& profile, const StopSignals& s
     const StepResult r = train_step(p.step);
     if (r.interrupted) break;
     p.train_loss = r.loss;
-    if (r.diverged) {
+    if (!r.divergence.empty()) {
       p.diverged = true;
+      p.divergence = r.divergence;
       break;
     }
     profile.end_step();
@@ -432,6 +485,7 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
                            .tokens_per_step = cfg_.tokens_per_step(),
                            .wall_s = wall_s,
                            .diverged = p.diverged,
+                           .divergence = p.divergence,
                            .treatment = cfg_.precision.treatment.name};
   nlohmann::json summary = summary_json(outcome, model_->table(), backend_->ledger(),
                                               model_->store().count_in_scope());
@@ -442,6 +496,10 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
   if (plan_->world() > 1) {  // rank 0's traffic (every rank sends the same amounts)
     const CommBytes b = plan_->bytes_sent();
     const int64_t steps = std::max<int64_t>(p.step - p.start, 1);
+    // A process that ran no step (a finished run's summary rebuilt) measured no step's traffic.
+    const auto per_step = [&](double v) {
+      return p.step > p.start ? nlohmann::json(v) : nlohmann::json();
+    };
     summary["parallel"] = {
         {"communicator", plan_->communicator_name()},
         {"world", plan_->world()},
@@ -454,9 +512,9 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
                         {"all_gather", b.all_gather}, {"gather", b.gather},
                         {"broadcast", b.broadcast}, {"all_to_all", b.all_to_all},
                         {"total", b.total()}}},
-        {"bytes_sent_per_step", double(b.total()) / double(steps)},
+        {"bytes_sent_per_step", per_step(double(b.total()) / double(steps))},
         {"bytes_sent_per_param_per_step",
-         double(b.total()) / double(steps) / double(model_->table().total)}};
+         per_step(double(b.total()) / double(steps) / double(model_->table().total))}};
     if (opt_->sharded()) {
       // ZeRO-1's all-gather of the stored weights, per step, from the communicators' counters:
       // every rank sends its range to the w - 1 others, so the bytes all ranks sent over w - 1
@@ -480,10 +538,10 @@ void Trainer::finish(const Progress& p, double wall_s, StepProfile& profile, boo
         if (store.storage(i).value) values += model_->table().specs[i].numel();
       }
       nlohmann::json& z = summary["parallel"]["zero1_all_gather"];
-      z["quantized_bytes_per_step"] = q_step;
-      z["value_bytes_per_step"] = v_step;
-      if (quantized > 0) z["bytes_per_quantized_param"] = q_step / double(quantized);
-      if (values > 0) z["bytes_per_value"] = v_step / double(values);
+      z["quantized_bytes_per_step"] = per_step(q_step);
+      z["value_bytes_per_step"] = per_step(v_step);
+      if (quantized > 0) z["bytes_per_quantized_param"] = per_step(q_step / double(quantized));
+      if (values > 0) z["bytes_per_value"] = per_step(v_step / double(values));
     }
   }
   if (nlohmann::json prof = profile.finish(log_); !prof.is_null()) summary["profile"] = prof;

@@ -24,6 +24,7 @@
 #include "train/run_context.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
+#include "train/run_summary.h"
 #include "train/sampler.h"
 
 namespace eco {
@@ -42,6 +43,9 @@ struct RunOptions {
   // --overwrite: a fresh run (or --resume=PATH) in an out_dir holding an earlier run's
   // checkpoints deletes them (and its metrics, samples, summary) instead of refusing.
   bool overwrite = false;
+  // --resume-diverged: resume a run whose summary.json says it diverged after the checkpoint
+  // resumed from (without it such a resume is refused).
+  bool resume_diverged = false;
 };
 
 class Trainer {
@@ -74,21 +78,26 @@ class Trainer {
     // step 0); NaN for a random start or without val data.
     double initial_val_loss = std::nan("");
     bool diverged = false;
-    nlohmann::json moe;  // the MoE router figures last logged (moe_json), null for dense
+    std::string divergence;  // what diverged, when it did (summary.json)
+    nlohmann::json moe;  // the MoE router figures of the step last logged (moe_json), null for dense
   };
   struct StepResult {
     double loss = 0, lr = 0, grad_norm = 0;
-    // The loss or grad norm not finite, or a loss spike (LossSpikeDetector): the update was not
-    // applied.
-    bool diverged = false;
+    // Non-empty when the loss or grad norm is not finite, or a loss spike (LossSpikeDetector):
+    // what diverged; the update was not applied.
+    std::string divergence;
     bool interrupted = false;  // a stop signal between micro-batches: the step was abandoned
+    MoeStepFigures moe;        // this rank's micro-batches' router figures (MoE models)
   };
 
   // Sets p.start, p.step, p.saved and p.resumed.
   void start_or_resume(const RunOptions& opts, Progress& p);
   // A fresh start's weights: random (train.seed), or model.init_from's checkpoint.
   void init_weights();
-  // Restores a loaded checkpoint; returns its step.
+  // Refuses (unless `allowed`) to resume from the checkpoint of `step` at `path` when the run's
+  // summary.json says it diverged at or after that step.
+  void check_divergence_record(int64_t step, const std::string& path, bool allowed);
+  // Restores a loaded checkpoint (the loss-spike detector's state too); returns its step.
   int64_t restore(const CheckpointState& st, const std::string& path);
   // Resuming at the last step: true when summary.json of the finished run is intact (nothing
   // to do); otherwise takes the final losses from metrics.jsonl (or evaluates) for finish().
@@ -108,6 +117,8 @@ class Trainer {
   // (Transformer::set_grad_ready): folds in the earlier micro-batches' sum as reduce_gradients()
   // does and posts the range's sum over the ranks (ParallelPlan::post_gradient_range).
   void on_grads_ready(int64_t begin, int64_t end);
+  // A step's MoE figures summed over the ranks (in rank order), for the log and summary.json.
+  nlohmann::json step_moe_json(MoeStepFigures moe);
   // A stop signal seen by any rank (every rank must leave the loop at the same step).
   bool stop_agreed(const StopSignals& stop);
   // What falls due after `done` steps: progress line, eval, sample, checkpoint.

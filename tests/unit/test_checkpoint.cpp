@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -58,6 +61,7 @@ CheckpointState sample_state(int64_t step = 1234) {
   st.sections.emplace_back("params", params);
   st.sections.emplace_back("adamw.m", std::vector<char>{'\0', '\xff', 'm'});
   st.sections.emplace_back("adamw.v", std::vector<char>(64, '\x5a'));
+  st.loss_spikes = {{4.25, 3.875, 3.5}, 3.875};
   return st;
 }
 
@@ -71,6 +75,15 @@ void expect_same_state(const CheckpointState& a, const CheckpointState& b) {
     EXPECT_EQ(a.sections[i].first, b.sections[i].first);
     EXPECT_EQ(a.sections[i].second, b.sections[i].second) << "section " << a.sections[i].first;
   }
+  EXPECT_EQ(a.loss_spikes.recent, b.loss_spikes.recent);
+  EXPECT_EQ(a.loss_spikes.lowest_median, b.loss_spikes.lowest_median);
+}
+
+// The file's CRC32 recomputed after an edit (its last 4 bytes).
+void reseal(std::vector<char>& bytes) {
+  const uint32_t crc = uint32_t(
+      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size() - 4));
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
 }
 
 std::vector<char> read_bytes(const std::string& file) {
@@ -119,6 +132,47 @@ TEST_F(Checkpoint, RoundTripsAnEmptySection) {
   st.sections.emplace_back("empty", std::vector<char>{});
   eco::save_checkpoint(path("c.bin"), st);
   expect_same_state(eco::load_checkpoint(path("c.bin")), st);
+}
+
+TEST_F(Checkpoint, AVersionOneFileLoadsWithAFreshLossSpikeWindow) {
+  // Version 1 is version 2 without the loss-spike record (u32 count, f64 lowest median).
+  CheckpointState st = sample_state();
+  st.loss_spikes = {};
+  eco::save_checkpoint(path("c.bin"), st);
+  std::vector<char> bytes = read_bytes(path("c.bin"));
+  bytes.erase(bytes.end() - 4 - 12, bytes.end() - 4);
+  const uint32_t one = 1;
+  std::memcpy(bytes.data() + 8, &one, 4);
+  reseal(bytes);
+  write_bytes(path("v1.bin"), bytes);
+  const CheckpointState loaded = eco::load_checkpoint(path("v1.bin"));
+  expect_same_state(loaded, st);
+  EXPECT_TRUE(loaded.loss_spikes.recent.empty());
+  EXPECT_EQ(loaded.loss_spikes.lowest_median, std::numeric_limits<double>::infinity());
+}
+
+TEST_F(Checkpoint, AnUnknownVersionIsRefusedNamingIt) {
+  eco::save_checkpoint(path("c.bin"), sample_state());
+  std::vector<char> bytes = read_bytes(path("c.bin"));
+  const uint32_t three = 3;
+  std::memcpy(bytes.data() + 8, &three, 4);
+  reseal(bytes);
+  write_bytes(path("v3.bin"), bytes);
+  expect_error([&] { eco::load_checkpoint(path("v3.bin")); },
+               {path("v3.bin"), "checkpoint version 3 is not supported (expected 1 to 2)"});
+}
+
+TEST_F(Checkpoint, ACrcValidLossSpikeRecordNoRunWritesIsCorrupt) {
+  CheckpointState nan_loss = sample_state();
+  nan_loss.loss_spikes.recent[1] = std::nan("");
+  eco::save_checkpoint(path("nan.bin"), nan_loss);
+  expect_error([&] { eco::load_checkpoint(path("nan.bin")); },
+               {path("nan.bin"), "corrupt checkpoint: the loss-spike window holds nan"});
+  CheckpointState no_median = sample_state();
+  no_median.loss_spikes.lowest_median = std::numeric_limits<double>::infinity();
+  eco::save_checkpoint(path("inf.bin"), no_median);
+  expect_error([&] { eco::load_checkpoint(path("inf.bin")); },
+               {path("inf.bin"), "corrupt checkpoint: lowest running loss median inf for 3 losses"});
 }
 
 TEST_F(Checkpoint, SectionLookupNamesTheFileWhenMissing) {
