@@ -6,9 +6,11 @@
 // error naming the tensor or key and both values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -365,6 +367,49 @@ TEST_F(BadCheckpoint, TruncatedWeightsFileIsADataError) {
     EXPECT_NE(std::string(e.what()).find("run past the data region"), std::string::npos)
         << e.what();
   }
+}
+
+// A NaN in a tensor: import_hf (under fp32, and under int4-eco-sr, which would quantize it) and
+// check_hf_import refuse it with a data error naming the file, the tensor and the element.
+TEST_F(BadCheckpoint, NonFiniteValueIsADataErrorNamingTheFileTensorAndElement) {
+  rewrite(dir, [&](auto& all) {
+    auto& t = named(all, "transformer.h.1.mlp.c_fc.weight");  // [16, 64]
+    t.fill = [fill = t.fill](char* p) {
+      fill(p);
+      const float nan = std::nanf("");
+      std::memcpy(p + 4 * 21, &nan, 4);
+    };
+  });
+  const auto expect_refused = [&](const std::function<void()>& fn) {
+    try {
+      fn();
+      ADD_FAILURE() << "a NaN was imported";
+    } catch (const eco::Error& e) {
+      EXPECT_EQ(e.kind(), eco::ErrorKind::Data) << e.what();
+      const std::string want = dir + "/model.safetensors: tensor 'transformer.h.1.mlp.c_fc.weight' "
+                               "holds 1 non-finite value(s), the first (nan) at element 21 "
+                               "(index [0, 21] of shape [16, 64])";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  for (const char* treatment : {"fp32", "int4-eco-sr"}) {
+    Model b(config(kGpt2, treatment));
+    expect_refused([&] { eco::import_hf(dir, b.cfg.model, b.model->store()); });
+  }
+  expect_refused([&] { eco::check_hf_import(dir, config(kGpt2).model); });
+}
+
+TEST(HfImportCheck, AcceptsAGoodExportAndRefusesWhatTheImportRefuses) {
+  TempDir d;
+  Model a(config(kLlama));
+  a.randomize(3);
+  const std::string dir = exported(a, d, eco::StDType::BF16);
+  eco::check_hf_import(dir, config(kLlama).model);
+  expect_usage_error([&] { eco::check_hf_import(dir, config(kGpt2).model); },
+                     {"config.json does not describe the run's model"});
+  fs::remove(dir + "/model.safetensors");
+  expect_usage_error([&] { eco::check_hf_import(dir, config(kLlama).model); },
+                     {"holds neither model.safetensors"});
 }
 
 }  // namespace
