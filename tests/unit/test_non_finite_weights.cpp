@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
-#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <string>
@@ -15,25 +13,13 @@
 #include "base/error.h"
 #include "base/math/non_finite.h"
 #include "core/config.h"
+#include "expect_usage_error.h"
 #include "model/transformer.h"
 
 namespace {
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-// Runs fn, expecting an eco::Error of kind Data whose message holds every part.
-void expect_data_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected eco::Error (Data), nothing was thrown";
-  } catch (const eco::Error& e) {
-    EXPECT_EQ(e.kind(), eco::ErrorKind::Data) << e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "message lacks \"" << part << "\": " << e.what();
-  }
-}
 
 TEST(NonFinite, FindsTheFirstAndCountsEveryNanAndInfinity) {
   const std::vector<float> x = {1.0f, -0.0f, 3e38f, -kInf, 2.0f, kNan, kInf};
