@@ -15,9 +15,12 @@ prepare.py, once per document.
   hf             a Hugging Face tokenizer.json; the first of <|endoftext|>, </s>, <eos>,
                  <|end_of_text|> it knows (or --eot-token).
 """
+import errno
+import glob
 import json
 import os
 import re
+import stat
 
 import numpy as np
 
@@ -38,11 +41,41 @@ def need(module, why):
                              "(scripts/install_deps.sh installs it)") from None
 
 
-def model_file(path, what):
+def path_kind(path):
+    """What is at path when it is not a regular file: 'a directory', 'a FIFO', 'a symbolic link
+    loop', ...; None for a regular file (symlinks followed). Only stat: a FIFO is never opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        if os.path.islink(path):
+            return f"a dangling symbolic link (to {os.readlink(path)})"
+        return "missing" if e.errno == errno.ENOENT else f"unreadable ({e.strerror})"
+    for test, kind in ((stat.S_ISREG, None), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def model_file(path, what, expected, pattern=None):
+    """path, which must be a regular file: `expected` says which (e.g. 'a SentencePiece .model
+    file'); for a directory, the files in it matching the glob `pattern` are named."""
     if path is None:
         raise TokenizerError(f"{what} needs --tokenizer-model PATH")
-    if not os.path.isfile(path):
-        raise TokenizerError(f"tokenizer model not found: {path} ({what})")
+    kind = path_kind(path)
+    if kind == "missing":
+        raise TokenizerError(f"tokenizer model not found: {path} ({what} expects {expected})")
+    if kind is not None:
+        hint = ""
+        if kind == "a directory" and pattern is not None:
+            inside = sorted(glob.glob(os.path.join(glob.escape(path), pattern)))[:3]
+            if inside:
+                hint = f"; it holds {', '.join(inside)}: name that file"
+        raise TokenizerError(f"tokenizer model {path} is {kind}, not a file ({what} expects "
+                             f"{expected}{hint})")
     return os.path.abspath(path)
 
 
@@ -121,9 +154,8 @@ class Gpt2Tokenizer:
             folder = model_path if os.path.isdir(model_path) else os.path.dirname(model_path)
             encoder, merges = (os.path.join(folder, n) for n in ("encoder.json", "vocab.bpe"))
             for path in (encoder, merges):
-                if not os.path.isfile(path):
-                    raise TokenizerError(f"tokenizer model not found: {path} (--tokenizer gpt2 "
-                                         "--tokenizer-model needs encoder.json and vocab.bpe)")
+                model_file(path, "--tokenizer gpt2",
+                           "a folder with encoder.json and vocab.bpe, or either file")
             from tiktoken.load import data_gym_to_mergeable_bpe_ranks
             from tiktoken_ext.openai_public import r50k_pat_str
             self.enc = tiktoken.Encoding(
@@ -160,7 +192,8 @@ class SentencePieceTokenizer:
 
     def __init__(self, model_path, eot_token):
         spm = need("sentencepiece", "--tokenizer sentencepiece")
-        self.model = model_file(model_path, "--tokenizer sentencepiece")
+        self.model = model_file(model_path, "--tokenizer sentencepiece",
+                                "a SentencePiece .model file", "*.model")
         try:
             self.sp = spm.SentencePieceProcessor(model_file=self.model)
         except (OSError, RuntimeError) as e:
@@ -214,7 +247,8 @@ class HfTokenizer:
 
     def __init__(self, model_path, eot_token):
         tk = need("tokenizers", "--tokenizer hf")
-        self.model = model_file(model_path, "--tokenizer hf")
+        self.model = model_file(model_path, "--tokenizer hf", "a Hugging Face tokenizer.json file",
+                                "tokenizer.json")
         try:
             self.tok = tk.Tokenizer.from_file(self.model)
             with open(self.model, encoding="utf-8") as f:

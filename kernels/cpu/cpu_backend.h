@@ -13,6 +13,7 @@
 #include "base/math/bf16.h"
 #include "base/math/eco_update.h"
 #include "base/math/format_quantizer.h"
+#include "base/math/non_finite.h"
 #include "base/math/optimizer_rules.h"
 #include "base/math/qformat.h"
 #include "kernels/cpu/host_op_timer.h"
@@ -258,6 +259,13 @@ class CpuBackend : public Backend {
                 uint32_t tensor_id) override {
     ECO_CPU_OP("quantize");
     ECO_ASSERT(src.dtype == DType::F32, "quantize reads fp32, not {}", dtype_name(src.dtype));
+    // A NaN or an infinity has no code (the reference quantizer would encode it, as the CUDA
+    // kernels do): refused before q is touched.
+    if (const NonFinite bad = find_non_finite(src.as<float>(), q.numel()))
+      data_error("quantize: element {} (row {}, column {}) of a ({}, {}) weight is {} ({} "
+                 "non-finite in all): a non-finite value has no {} code",
+                 bad.first, bad.first / q.cols, bad.first % q.cols, q.rows, q.cols, bad.value,
+                 bad.count, qformat_name(q.format));
     ::eco::quantize(src.as<float>(), q, rounding, seed, step, tensor_id);
   }
   void round_to_bf16(const Tensor& out, const Tensor& in, int64_t n) override {

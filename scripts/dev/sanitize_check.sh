@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # eco-train under AddressSanitizer + UndefinedBehaviorSanitizer against the end-to-end bad-input
 # tests: builds eco-train alone (CPU only, -O1 -g -fsanitize=address,undefined) into
-# build-asan/, then runs tests/e2e/{bad_input,bad_config,run_dir,resume_cases,divergence,
-# disk_full}.sh against it, stopping at the first sanitizer report. Not part of scripts/test.sh
+# build-asan/, then runs tests/e2e/{bad_input,bad_config,bad_import,run_dir,resume_cases,
+# divergence,disk_full}.sh against it, stopping at the first sanitizer report. Not part of scripts/test.sh
 # (it takes a build of its own): CI (.ci/run) runs it after scripts/test.sh.
 # Usage: scripts/dev/sanitize_check.sh [TEST...]   (test names without .sh; default: those above)
 set -euo pipefail
@@ -19,7 +19,7 @@ cmake --build "$build" -j"${JOBS:-$(nproc)}" --target eco-train
 export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=0:exitcode=86
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=86
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(bad_input bad_config run_dir resume_cases divergence disk_full)
+[ ${#tests[@]} -gt 0 ] || tests=(bad_input bad_config bad_import run_dir resume_cases divergence disk_full)
 failed=0
 for t in "${tests[@]}"; do
   log="$build/$t.log"

@@ -38,7 +38,10 @@ struct BackendQuantization {
   // out (rows, cols) fp32 = dequant(q).
   virtual void dequantize(const Tensor& out, const QTensor& q) = 0;
   // q = quantize(src (rows, cols) fp32) with q's format and granularity; SR draws are keyed by
-  // (seed, step, tensor_id, element index).
+  // (seed, step, tensor_id, element index). The weights' way in (ParamStore::set: initialisation
+  // and import), not the per-step update. src must be finite: ParamStore::set refuses a
+  // non-finite host value before any backend sees it, and the CPU backend checks src again (a
+  // data error naming the element); the CUDA kernels encode whatever they are given.
   virtual void quantize(QTensor& q, const Tensor& src, Rounding rounding, uint64_t seed,
                         uint64_t step, uint32_t tensor_id) = 0;
   // out (n) = bf16-rounded in (round to nearest even), kept in fp32.

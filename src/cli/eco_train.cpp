@@ -17,7 +17,9 @@
 #include "dist/communicator.h"
 #include "dist/rank_agreement.h"
 #include "hf/hf_export.h"
+#include "hf/hf_import.h"
 #include "kernels/cpu/blas_runtime.h"
+#include "train/checkpoint.h"
 #include "train/memory_check.h"
 #include "train/trainer.h"
 
@@ -193,9 +195,15 @@ int run(int argc, char** argv, eco::Communicator& comm) {
       eco::usage_error("{}: the run does not fit: {}", config_path, fit.describe());
     return 0;
   }
-  // A fresh start reads model.init_from: refuse a wrong one before the run directory is touched
-  // (a resumed run never reads it; --resume-if-present checks when it starts afresh).
-  if (!opts.resume && !opts.resume_if_present) eco::check_init_from(cfg);
+  // A fresh start reads model.init_from: the whole import is checked (every rank, every tensor)
+  // before the run directory is touched. A resumed run never reads it; --resume-if-present
+  // starts afresh, and so reads it, when train.out_dir holds no checkpoint.
+  const bool fresh = !opts.resume && (!opts.resume_if_present ||
+                                      eco::list_checkpoints(cfg.train.out_dir).empty());
+  if (fresh && !cfg.model.init_from.empty()) {
+    eco::check_init_from(cfg);
+    eco::check_hf_import(cfg.model.init_from, cfg.model);
+  }
   spdlog::info("BLAS: {}", eco::cpu::blas_summary_line());
   eco::Trainer trainer(cfg, eco::RunContext{comm.rank(), comm.world()}, &comm);
   return trainer.run(opts);

@@ -258,16 +258,25 @@ void check_init_from(const Config& c) {
   const std::string& dir = c.model.init_from;
   if (dir.empty()) return;
   const std::string origin = c.source_path.empty() ? "config" : c.source_path;
+  const std::string shown = clip_for_message(dir);
   std::error_code ec;
-  require(std::filesystem::is_directory(dir, ec), origin, "model.init_from",
-          fmt::format("'{}' is not a directory (a Hugging Face checkpoint directory holding "
-                      "config.json and model.safetensors was expected)",
-                      clip_for_message(dir)));
-  require(std::filesystem::is_regular_file(std::filesystem::path(dir) / "config.json", ec), origin,
-          "model.init_from",
+  if (!std::filesystem::is_directory(dir, ec)) {
+    const std::string kind = non_regular_kind(dir);
+    require(false, origin, "model.init_from",
+            fmt::format("'{}' is not a directory: it is {} (a Hugging Face checkpoint directory "
+                        "holding config.json and model.safetensors was expected)",
+                        shown, kind.empty() ? "a regular file" : kind));
+  }
+  const std::string config_json = (std::filesystem::path(dir) / "config.json").string();
+  const std::string kind = non_regular_kind(config_json);
+  require(kind != "missing", origin, "model.init_from",
           fmt::format("'{}' holds no config.json (a Hugging Face checkpoint directory was "
                       "expected)",
-                      clip_for_message(dir)));
+                      shown));
+  require(kind.empty(), origin, "model.init_from",
+          fmt::format("'{}/config.json' is {}, not a regular file (a Hugging Face checkpoint "
+                      "directory holds its config.json as a file)",
+                      shown, kind));
 }
 
 std::string to_yaml(const Config& c) {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 namespace eco {
 namespace {
@@ -21,12 +22,39 @@ const char* file_kind(mode_t mode) {
 
 [[noreturn]] void fail(ErrorKind kind, const std::string& msg) { throw Error(kind, msg); }
 
+// A symbolic link that stat cannot follow (err: stat's errno): "a symbolic link loop", "a
+// dangling symbolic link (to TARGET)"; empty when path is no such link.
+std::string broken_link(const std::string& path, int err) {
+  if (err == ELOOP) return "a symbolic link loop";
+  struct stat lst {};
+  if (err != ENOENT || ::lstat(path.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) return "";
+  std::error_code ec;
+  const std::string target = std::filesystem::read_symlink(path, ec).string();
+  return fmt::format("a dangling symbolic link (to '{}')", clip_for_message(target));
+}
+
 }  // namespace
+
+std::string non_regular_kind(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (std::string link = broken_link(path, err); !link.empty()) return link;
+    return err == ENOENT ? "missing" : fmt::format("unreadable ({})", std::strerror(err));
+  }
+  if (S_ISREG(st.st_mode)) return "";
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  return file_kind(st.st_mode);
+}
 
 int64_t regular_file_size(const std::string& path, const char* what, ErrorKind kind) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    fail(kind, fmt::format("{}: cannot open {} ({})", path, what, std::strerror(errno)));
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (const std::string link = broken_link(path, err); !link.empty())
+      fail(kind, fmt::format("{}: is {}, not a {}", path, link, what));
+    fail(kind, fmt::format("{}: cannot open {} ({})", path, what, std::strerror(err)));
+  }
   if (S_ISDIR(st.st_mode)) fail(kind, fmt::format("{}: is a directory, not a {}", path, what));
   if (!S_ISREG(st.st_mode))
     fail(kind, fmt::format("{}: not a regular file ({}); a {} must be one", path,

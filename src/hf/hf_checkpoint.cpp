@@ -32,7 +32,9 @@ HfCheckpoint::HfCheckpoint(std::string dir) : dir_(std::move(dir)) {
                 "{} or {} was expected)",
                 dir_, kHfWeightsFile, kHfIndexFile);
   const fs::path index = fs::path(dir_) / kHfIndexFile, single = fs::path(dir_) / kHfWeightsFile;
-  if (fs::exists(index, ec)) {
+  // Present is anything at the path, a FIFO or a broken symbolic link too: the readers refuse
+  // those, naming what they are (core/input_file.h), rather than a missing file being reported.
+  if (non_regular_kind(index.string()) != "missing") {
     const std::string shown = index.string();
     nlohmann::json j;
     try {
@@ -54,6 +56,9 @@ HfCheckpoint::HfCheckpoint(std::string dir) : dir_(std::move(dir)) {
                    clip_for_message(tensor), clip_for_message(f));
       listed[tensor] = f;
       if (!file_index.count(f)) {
+        if (non_regular_kind((fs::path(dir_) / f).string()) == "missing")
+          data_error("{}: weight_map['{}'] names {}, which is not in {}", shown,
+                     clip_for_message(tensor), clip_for_message(f), dir_);
         file_index[f] = files_.size();
         files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir_) / f).string()));
       }
@@ -75,7 +80,7 @@ HfCheckpoint::HfCheckpoint(std::string dir) : dir_(std::move(dir)) {
                      listed[e.name].empty() ? "does not list" : "places in " + listed[e.name]);
     return;
   }
-  if (!fs::exists(single, ec))
+  if (non_regular_kind(single.string()) == "missing")
     usage_error("{}: holds neither {} nor {} (a Hugging Face safetensors checkpoint was "
                 "expected)",
                 dir_, kHfWeightsFile, kHfIndexFile);

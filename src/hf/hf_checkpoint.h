@@ -21,7 +21,9 @@ constexpr uint64_t kHfDefaultShardBytes = 5'000'000'000;  // save_pretrained's d
 class HfCheckpoint {
  public:
   // Opens dir's index (when there is one) or model.safetensors, and validates every file; with an
-  // index, every tensor it lists must be in the shard it names and every shard's tensor listed.
+  // index, every shard it names must be in dir, every tensor it lists in the shard it names and
+  // every shard's tensor listed. A path that is a FIFO, a directory or a broken symbolic link is
+  // refused as what it is (core/input_file.h), never opened.
   explicit HfCheckpoint(std::string dir);
 
   struct Located {

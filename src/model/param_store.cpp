@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/math/non_finite.h"
 #include "core/rng.h"
 
 namespace eco {
@@ -137,6 +138,13 @@ void ParamStore::init(uint64_t seed) {
 
 void ParamStore::set(size_t i, const void* host) {
   ECO_ASSERT(present(i), "set: parameter '{}' is another rank's", table_.specs[i].name);
+  // Quantized parameters take fp32 host values (the treatment runs in fp32: the constructor).
+  if (quantized(i))
+    if (const NonFinite bad = find_non_finite(static_cast<const float*>(host), qt_[i]->numel()))
+      data_error("parameter '{}': element {} is {} ({} non-finite in all): a non-finite value has "
+                 "no {} code, and nothing was stored",
+                 table_.specs[i].name, bad.first, bad.value, bad.count,
+                 qformat_name(qt_[i]->format));
   if (!value_[i].empty()) be_.copy_from_host(value_[i], host);
   if (quantized(i)) {
     if (!value_[i].empty()) {

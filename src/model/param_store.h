@@ -74,7 +74,9 @@ class ParamStore {
   // quantized. Deterministic for a seed.
   void init(uint64_t seed);
   // Set / read parameter i from host values in the backend dtype (for quantized parameters:
-  // float values, quantized RTN on set; dequantized on get).
+  // float values, quantized RTN on set; dequantized on get). A quantized parameter's values must
+  // be finite: a NaN or an infinity is a data error naming the parameter and the element, and
+  // nothing is stored (on either backend).
   void set(size_t i, const void* host);
   void get(size_t i, void* host);
   // Set quantized parameter i from host codes and scales in its own layout (qtensor(i)'s format,

@@ -3,12 +3,15 @@
 // layer): f32 exports give the same weights bit for bit; --codes exports give the same codes and
 // scales; bf16 exports give the weights rounded to bf16. And each way a checkpoint can disagree
 // with the run (config.json, a missing, unexpected, misshapen or integer tensor) is one usage
-// error naming the tensor or key and both values.
+// error naming the tensor or key and both values; a NaN in a tensor is a data error naming the
+// file, the tensor and the element; check_hf_import refuses what import_hf refuses.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -365,6 +368,42 @@ TEST_F(BadCheckpoint, TruncatedWeightsFileIsADataError) {
     EXPECT_NE(std::string(e.what()).find("run past the data region"), std::string::npos)
         << e.what();
   }
+}
+
+// A NaN in a tensor: import_hf (under fp32, and under int4-eco-sr, which would quantize it) and
+// check_hf_import refuse it with a data error naming the file, the tensor and the element.
+TEST_F(BadCheckpoint, NonFiniteValueIsADataErrorNamingTheFileTensorAndElement) {
+  rewrite(dir, [&](auto& all) {
+    auto& t = named(all, "transformer.h.1.mlp.c_fc.weight");  // [16, 64]
+    t.fill = [fill = t.fill](char* p) {
+      fill(p);
+      const float nan = std::nanf("");
+      std::memcpy(p + 4 * 21, &nan, 4);
+    };
+  });
+  const auto expect_refused = [&](const std::function<void()>& fn) {
+    expect_data_error(fn, {dir + "/model.safetensors: tensor 'transformer.h.1.mlp.c_fc.weight' "
+                           "holds 1 non-finite value(s), the first (nan) at element 21 (index "
+                           "[0, 21] of shape [16, 64])"});
+  };
+  for (const char* treatment : {"fp32", "int4-eco-sr"}) {
+    Model b(config(kGpt2, treatment));
+    expect_refused([&] { eco::import_hf(dir, b.cfg.model, b.model->store()); });
+  }
+  expect_refused([&] { eco::check_hf_import(dir, config(kGpt2).model); });
+}
+
+TEST(HfImportCheck, AcceptsAGoodExportAndRefusesWhatTheImportRefuses) {
+  TempDir d;
+  Model a(config(kLlama));
+  a.randomize(3);
+  const std::string dir = exported(a, d, eco::StDType::BF16);
+  eco::check_hf_import(dir, config(kLlama).model);
+  expect_usage_error([&] { eco::check_hf_import(dir, config(kGpt2).model); },
+                     {"config.json does not describe the run's model"});
+  fs::remove(dir + "/model.safetensors");
+  expect_usage_error([&] { eco::check_hf_import(dir, config(kLlama).model); },
+                     {"holds neither model.safetensors"});
 }
 
 }  // namespace

@@ -259,7 +259,9 @@ ECO_HD float group_scale(QFormat f, float absmax) {
 }
 
 // x -> code on the grid of `scale` (y = x / scale; IEEE division on both backends). scale 0
-// (an all-zero group) gives the code of 0.
+// (an all-zero group) gives the code of 0. The element codec of every kernel, hot paths included,
+// so it checks nothing: a NaN gets encode_rtn's code. Weights from outside (initialisation,
+// import) are checked finite before they reach it (ParamStore::set, non_finite.h).
 ECO_HD uint8_t quantize_value(QFormat f, Rounding r, float x, float scale, uint32_t random_bits) {
   if (scale == 0.0f) return encode_rtn(f, 0.0f);
   const float y = x / scale;
