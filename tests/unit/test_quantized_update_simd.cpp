@@ -103,9 +103,21 @@ eco::QuantizedUpdateBuffers<S, float> buffers(State<S>& t, bool has_v) {
   return {t.codes.data(), t.master.data(), t.grad.data(), t.m.data(), has_v ? t.v.data() : nullptr};
 }
 
+// Byte for byte, except that two fp32 NaNs are equal whatever their signs: where both operands
+// of a sum are NaNs of opposite signs (a NaN gradient's m plus the error of a NaN code's -NaN
+// weight), x86 returns the first operand's, and which one the compiler puts first is its choice
+// at each call site, the scalar code's included. bf16 NaNs are canonical (0x7fff), codes and
+// scales are never NaN.
 template <class T>
 bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) == 0) continue;
+    if constexpr (std::is_same_v<T, float>)
+      if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    return false;
+  }
+  return true;
 }
 
 template <class S>
@@ -155,7 +167,7 @@ template <class S>
 void expect_every_treatment_matches_scalar(bool nan) {
   const std::vector<Isa> isas = vector_isas();
   if (isas.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
-  const Shape shapes[] = {{37, 301}, {130, 257}, {5, 16}, {2, 3}};
+  const Shape shapes[] = {{37, 301}, {130, 140}, {5, 16}, {2, 3}};
   int checked = 0;
   for (QFormat format : {QFormat::E4M3, QFormat::INT4})
     for (Rounding rounding : {Rounding::RTN, Rounding::SR})
