@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/rng.h"
 #include "base/math/optimizer_rules.h"
 #include "base/math/eco_update.h"
@@ -128,7 +129,13 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> codes;
   };
   using eco::cpu_simd::Isa;
-  const Isa active = eco::cpu_simd::active_isa();
+  Isa active;
+  try {
+    active = eco::cpu_simd::active_isa();
+  } catch (const eco::Error& e) {
+    std::fprintf(stderr, "eco-update-cpu-bench: %s\n", e.what());
+    return 2;
+  }
   struct Row {
     std::string name;
     eco::Rounding rounding;
