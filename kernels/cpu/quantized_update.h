@@ -92,7 +92,8 @@ struct LaneUpdate {
   cpu_simd::LaneRule lanes_rule{};
   cpu_simd::LaneBuffers lanes_buffers{};
 
-  LaneUpdate(const Rule& r, const Q& quantizer, UpdatePolicy p, const QuantizedUpdateBuffers<S, G>& buffers)
+  LaneUpdate(const Rule& r, const Q& quantizer, UpdatePolicy p,
+             const QuantizedUpdateBuffers<S, G>& buffers)
       : rule(r), q(quantizer), policy(p), b(buffers) {
     if constexpr (kTypes) {
       if (q.format != QFormat::E4M3 && q.format != QFormat::INT4) return;
@@ -111,47 +112,45 @@ struct LaneUpdate {
 
   // [i, i1) split as the lanes take it: [i, a) and [a + body, i1) scalar, [a, a + body) lanes.
   void split(int64_t i, int64_t i1, int64_t& a, int64_t& body) const {
-    a = i, body = 0;
-    if constexpr (kTypes) {
-      if (q.format == QFormat::INT4 && (i & 1) && i < i1) a = i + 1;
-      body = (i1 - a) / cpu_simd::isa_lanes(isa) * cpu_simd::isa_lanes(isa);
-    }
+    a = q.format == QFormat::INT4 && (i & 1) && i < i1 ? i + 1 : i;
+    body = (i1 - a) / cpu_simd::isa_lanes(isa) * cpu_simd::isa_lanes(isa);
   }
 
-  // Pass 1 of elements [i0, i1): their absmax |theta|.
+  // Pass 1 of elements [i0, i1): their absmax |theta|. (Only where vector(), as pass2.)
   float pass1(int64_t i0, int64_t i1, float old_scale) const {
-    int64_t a, body;
-    split(i0, i1, a, body);
     float absmax = 0.0f;
-    for (int64_t i = i0; i < a; ++i)
-      absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
-    if constexpr (kTypes)
+    if constexpr (kTypes) {
+      int64_t a, body;
+      split(i0, i1, a, body);
+      for (int64_t i = i0; i < a; ++i)
+        absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
       if (body > 0)
-        absmax = fmaxf(absmax, cpu_simd::pass1(isa, lanes_rule, q.format, policy, lanes_buffers, a,
-                                               body, old_scale));
-    for (int64_t i = a + body; i < i1; ++i)
-      absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
+        absmax = fmaxf(absmax, cpu_simd::pass1(isa, lanes_rule, q.format, policy, lanes_buffers,
+                                               a, body, old_scale));
+      for (int64_t i = a + body; i < i1; ++i)
+        absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
+    }
     return absmax;
   }
 
   // Pass 2 of elements [i0, i1), element i drawing as global index i + key.
   void pass2(int64_t i0, int64_t i1, float old_scale, float new_scale, int64_t key) const {
-    alignas(64) uint32_t bits[kTile];
-    for (int64_t t0 = i0; t0 < i1; t0 += kTile) {
-      const int64_t t1 = t0 + kTile < i1 ? t0 + kTile : i1;
-      std::memset(bits, 0, size_t(t1 - t0) * sizeof(uint32_t));  // RTN draws nothing
-      if constexpr (kTypes)
+    if constexpr (kTypes) {
+      alignas(64) uint32_t bits[kTile];
+      for (int64_t t0 = i0; t0 < i1; t0 += kTile) {
+        const int64_t t1 = t0 + kTile < i1 ? t0 + kTile : i1;
         if (q.rounding == Rounding::SR) cpu_simd::sr_bits(isa, q, uint64_t(t0 + key), t1 - t0, bits);
-      int64_t a, body;
-      split(t0, t1, a, body);
-      for (int64_t i = t0; i < a; ++i)
-        quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, bits[i - t0]);
-      if constexpr (kTypes)
+        else std::memset(bits, 0, size_t(t1 - t0) * sizeof(uint32_t));  // RTN draws nothing
+        int64_t a, body;
+        split(t0, t1, a, body);
+        for (int64_t i = t0; i < a; ++i)
+          quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, bits[i - t0]);
         if (body > 0)
           cpu_simd::pass2(isa, lanes_rule, q.format, q.rounding, policy, lanes_buffers, a, body,
                           old_scale, new_scale, bits + (a - t0));
-      for (int64_t i = a + body; i < t1; ++i)
-        quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, bits[i - t0]);
+        for (int64_t i = a + body; i < t1; ++i)
+          quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, bits[i - t0]);
+      }
     }
   }
 
