@@ -8,6 +8,9 @@
 // minimum) and ratio to plain AdamW: the ratio is what to compare across code changes (machines
 // differ in absolute time; the minimum is the least disturbed by a busy neighbour). "late step":
 // bias corrections 1, as from step ~860 of a run (AdamWRule::unbiased() skips two divisions).
+// The quantized rows run on the vector path the update takes (cpu_simd::active_isa(): the CPU's
+// best, or ECO_CPU_SIMD), named in brackets; one more SR row per other path this CPU runs
+// (scalar: the reference code) compares them in the same run.
 #include <omp.h>
 
 #include <algorithm>
@@ -21,11 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/rng.h"
 #include "base/math/optimizer_rules.h"
 #include "base/math/eco_update.h"
 #include "base/math/format_quantizer.h"
 #include "kernels/cpu/quantized_update.h"
+#include "kernels/cpu/quantized_update_simd.h"
 
 namespace {
 
@@ -123,35 +128,61 @@ int main(int argc, char** argv) {
     std::vector<float> m, v, scales;
     std::vector<uint8_t> codes;
   };
-  QState rtn_state{m, v, scales, codes}, sr_state{m, v, scales, codes}, late_state{m, v, scales, codes};
-  auto quantized = [&](QState& st, eco::Rounding rounding, bool late) {
-    return [&st, &grad, &a, rounding, late](int64_t t) {
-      const eco::FormatQuantizer q{eco::QFormat::E4M3, rounding, 1234, uint64_t(t), 7};
+  using eco::cpu_simd::Isa;
+  Isa active;
+  try {
+    active = eco::cpu_simd::active_isa();
+  } catch (const eco::Error& e) {
+    std::fprintf(stderr, "eco-update-cpu-bench: %s\n", e.what());
+    return 2;
+  }
+  struct Row {
+    std::string name;
+    eco::Rounding rounding;
+    bool late;
+    Isa isa;
+  };
+  const std::string tag = std::string(" [") + eco::cpu_simd::isa_name(active) + "]";
+  std::vector<Row> rows = {{"fp8-eco-rtn AdamW (E4M3)" + tag, eco::Rounding::RTN, false, active},
+                           {"fp8-eco-sr AdamW (E4M3)" + tag, eco::Rounding::SR, false, active},
+                           {"fp8-eco-sr AdamW, late step" + tag, eco::Rounding::SR, true, active}};
+  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Scalar})
+    if (isa != active && int(isa) <= int(eco::cpu_simd::best_isa()))
+      rows.push_back({std::string("fp8-eco-sr AdamW (E4M3) [") + eco::cpu_simd::isa_name(isa) + "]",
+                      eco::Rounding::SR, false, isa});
+  std::vector<QState> states(rows.size(), QState{m, v, scales, codes});
+  auto quantized = [&](size_t k) {
+    return [&, k](int64_t t) {
+      const Row& row = rows[k];
+      QState& st = states[k];
+      eco::cpu_simd::set_active_isa(row.isa);
+      const eco::FormatQuantizer q{eco::QFormat::E4M3, row.rounding, 1234, uint64_t(t), 7};
       const eco::QuantizedUpdateBuffers<float, float> b{st.codes.data(), nullptr, grad.data(),
                                                         st.m.data(), st.v.data()};
-      eco::quantized_update_matrix(eco::AdamWRule<>{coeffs(t, late)}, q, eco::UpdatePolicy::Eco, b,
-                                   st.scales.data(), a.rows, a.cols, eco::Granularity::PerRow);
+      eco::quantized_update_matrix(eco::AdamWRule<>{coeffs(t, row.late)}, q, eco::UpdatePolicy::Eco,
+                                   b, st.scales.data(), a.rows, a.cols, eco::Granularity::PerRow);
     };
   };
-  constexpr int kRuns = 4;
-  const std::function<void(int64_t)> runs[kRuns] = {
-      plain, quantized(rtn_state, eco::Rounding::RTN, false),
-      quantized(sr_state, eco::Rounding::SR, false), quantized(late_state, eco::Rounding::SR, true)};
-  Timings times[kRuns];
+  std::vector<std::function<void(int64_t)>> runs = {plain};
+  std::vector<std::string> names = {"fp32 AdamW (plain)"};
+  for (size_t k = 0; k < rows.size(); ++k) {
+    runs.push_back(quantized(k));
+    names.push_back(rows[k].name);
+  }
+  const size_t kRuns = runs.size();
+  std::vector<Timings> times(kRuns);
   for (int r = 0; r <= a.repeats; ++r)
-    for (int k = 0; k < kRuns; ++k) {
+    for (size_t k = 0; k < kRuns; ++k) {
       if (r == 0) runs[k](1);  // warm-up
       else time_call(times[k], r + 1, runs[k]);
     }
 
   std::printf("eco-update-cpu-bench: %lld x %lld, %d thread(s), %d repeats\n", (long long)a.rows,
               (long long)a.cols, a.threads, a.repeats);
-  std::printf("%-28s %9s %9s %9s %14s %14s\n", "update", "min ms", "median ms", "ns/elem",
+  std::printf("%-36s %9s %9s %9s %14s %14s\n", "update", "min ms", "median ms", "ns/elem",
               "min vs AdamW", "median vs AdamW");
-  const char* names[kRuns] = {"fp32 AdamW (plain)", "fp8-eco-rtn AdamW (E4M3)",
-                              "fp8-eco-sr AdamW (E4M3)", "fp8-eco-sr AdamW, late step"};
-  for (int k = 0; k < kRuns; ++k)
-    std::printf("%-28s %9.2f %9.2f %9.2f %14.2f %14.2f\n", names[k], times[k].min() * 1e3,
+  for (size_t k = 0; k < kRuns; ++k)
+    std::printf("%-36s %9.2f %9.2f %9.2f %14.2f %14.2f\n", names[k].c_str(), times[k].min() * 1e3,
                 times[k].median() * 1e3, times[k].min() * 1e9 / double(n),
                 times[k].min() / times[0].min(), times[k].median() / times[0].median());
   return 0;

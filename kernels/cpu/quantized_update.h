@@ -5,10 +5,15 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "base/error.h"
 #include "base/math/eco_update.h"
+#include "base/math/format_quantizer.h"
+#include "base/math/optimizer_rules.h"
 #include "base/math/scale_groups.h"
+#include "kernels/cpu/quantized_update_simd.h"
 
 namespace eco {
 
@@ -21,6 +26,13 @@ namespace eco {
 // chunks start at even elements (absolute multiples of kChunk), and with odd cols (neighbouring
 // rows or tiles may share a byte) the groups run one after another. Two ranges whose boundary
 // splits a byte must be updated one after the other (store_code rewrites only its own nibble).
+//
+// The vector path (quantized_update_simd.h: AVX-512 or AVX2, cpu_simd::active_isa()) takes
+// AdamWRule<float> and SgdmRule<float> with E4M3 or INT4 codes, fp32 gradients and fp32 or bf16
+// moments; any other rule, format or type runs the scalar code below. It updates the same groups
+// in the same chunks; within a contiguous run of elements (a group's row, a chunk) the lanes take
+// the whole vectors and the scalar code the rest (an INT4 run's odd first element, the tail), the
+// SR words are drawn per run (cpu_simd::sr_bits), and the bytes written are the scalar path's.
 
 namespace quantized_update_detail {
 
@@ -40,13 +52,13 @@ void check_buffers(UpdatePolicy policy, const QuantizedUpdateBuffers<S, G>& b, c
 constexpr int64_t kChunk = 4096;  // even, so packed INT4 bytes are never shared (and a multiple
                                   // of 4, so no SR draw group is split between threads)
 
-// f(state, i) for elements [first, last), chunk by chunk over OpenMP threads (chunks: absolute
-// multiples of kChunk cut to the range), each chunk's elements in increasing order; each thread
-// makes its state with make_state() before its chunks and hands it to done(state) after them
-// (one thread at a time).
+// f(state, i0, i1) for the chunks [i0, i1) of elements [first, last) over OpenMP threads
+// (chunks: absolute multiples of kChunk cut to the range), each thread's chunks in increasing
+// order; each thread makes its state with make_state() before its chunks and hands it to
+// done(state) after them (one thread at a time).
 template <class MakeState, class F, class Done>
-void for_each_range_element(int64_t first, int64_t last, MakeState&& make_state, F&& f,
-                            Done&& done) {
+void for_each_range_chunk(int64_t first, int64_t last, MakeState&& make_state, F&& f,
+                          Done&& done) {
   if (first >= last) return;
   const int64_t c0 = first / kChunk, c1 = (last - 1) / kChunk + 1;
 #pragma omp parallel
@@ -56,12 +68,104 @@ void for_each_range_element(int64_t first, int64_t last, MakeState&& make_state,
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t i0 = c * kChunk > first ? c * kChunk : first;
       const int64_t i1 = (c + 1) * kChunk < last ? (c + 1) * kChunk : last;
-      for (int64_t i = i0; i < i1; ++i) f(state, i);
+      f(state, i0, i1);
     }
 #pragma omp critical
     done(state);
   }
 }
+
+// The vector path of an update, or none (isa Scalar): see the top of the file.
+template <class Rule, class Q, class S, class G>
+struct LaneUpdate {
+  static constexpr bool kTypes =
+      std::is_same_v<Q, FormatQuantizer> && std::is_same_v<G, float> &&
+      (std::is_same_v<S, float> || std::is_same_v<S, uint16_t>) &&
+      (std::is_same_v<Rule, AdamWRule<float>> || std::is_same_v<Rule, SgdmRule<float>>);
+  static constexpr int64_t kTile = 1024;  // SR words drawn per call (even: INT4 bytes kept whole)
+
+  const Rule& rule;
+  const Q& q;
+  UpdatePolicy policy;
+  const QuantizedUpdateBuffers<S, G>& b;
+  cpu_simd::Isa isa = cpu_simd::Isa::Scalar;
+  cpu_simd::LaneRule lanes_rule{};
+  cpu_simd::LaneBuffers lanes_buffers{};
+
+  LaneUpdate(const Rule& r, const Q& quantizer, UpdatePolicy p,
+             const QuantizedUpdateBuffers<S, G>& buffers)
+      : rule(r), q(quantizer), policy(p), b(buffers) {
+    if constexpr (kTypes) {
+      if (q.format != QFormat::E4M3 && q.format != QFormat::INT4) return;
+      isa = cpu_simd::active_isa();
+      const auto t = rule.terms();
+      if constexpr (std::is_same_v<Rule, AdamWRule<float>>)
+        lanes_rule = {true, t.grad_scale, t.beta1, t.one_minus_beta1, t.beta2, t.one_minus_beta2,
+                      t.bc1, t.bc2, t.eps, t.lr, t.decay, t.inject, t.injects, t.unbiased};
+      else
+        lanes_rule = {false, t.grad_scale, t.beta, t.one_minus_beta, 0.0f, 0.0f, 1.0f, 1.0f,
+                      0.0f, t.lr, t.decay, t.inject, t.injects, false};
+      lanes_buffers = {b.codes, b.master, b.grad, b.m, b.v, std::is_same_v<S, uint16_t>};
+    }
+  }
+  bool vector() const { return isa != cpu_simd::Isa::Scalar; }
+
+  // [i, i1) split as the lanes take it: [i, a) and [a + body, i1) scalar, [a, a + body) lanes.
+  void split(int64_t i, int64_t i1, int64_t& a, int64_t& body) const {
+    a = q.format == QFormat::INT4 && (i & 1) && i < i1 ? i + 1 : i;
+    body = (i1 - a) / cpu_simd::isa_lanes(isa) * cpu_simd::isa_lanes(isa);
+  }
+
+  // Pass 1 of elements [i0, i1): their absmax |theta|. (Only where vector(), as pass2.)
+  float pass1(int64_t i0, int64_t i1, float old_scale) const {
+    float absmax = 0.0f;
+    if constexpr (kTypes) {
+      int64_t a, body;
+      split(i0, i1, a, body);
+      for (int64_t i = i0; i < a; ++i)
+        absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
+      if (body > 0)
+        absmax = fmaxf(absmax, cpu_simd::pass1(isa, lanes_rule, q.format, policy, lanes_buffers,
+                                               a, body, old_scale));
+      for (int64_t i = a + body; i < i1; ++i)
+        absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
+    }
+    return absmax;
+  }
+
+  // Pass 2 of elements [i0, i1), element i drawing as global index i + key.
+  void pass2(int64_t i0, int64_t i1, float old_scale, float new_scale, int64_t key) const {
+    if constexpr (kTypes) {
+      alignas(64) uint32_t bits[kTile];
+      for (int64_t t0 = i0; t0 < i1; t0 += kTile) {
+        const int64_t t1 = t0 + kTile < i1 ? t0 + kTile : i1;
+        if (q.rounding == Rounding::SR) cpu_simd::sr_bits(isa, q, uint64_t(t0 + key), t1 - t0, bits);
+        else std::memset(bits, 0, size_t(t1 - t0) * sizeof(uint32_t));  // RTN draws nothing
+        int64_t a, body;
+        split(t0, t1, a, body);
+        for (int64_t i = t0; i < a; ++i)
+          quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, bits[i - t0]);
+        if (body > 0)
+          cpu_simd::pass2(isa, lanes_rule, q.format, q.rounding, policy, lanes_buffers, a, body,
+                          old_scale, new_scale, bits + (a - t0));
+        for (int64_t i = a + body; i < t1; ++i)
+          quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, bits[i - t0]);
+      }
+    }
+  }
+
+  // quantized_update_group on the lanes, row by row of the span.
+  void group(const GroupSpan& span, float* scale, int64_t key) const {
+    const float old_scale = *scale;
+    float absmax = 0.0f;
+    for (int64_t r = 0; r < span.rows; ++r)
+      absmax = fmaxf(absmax, pass1(span.index(r, 0), span.index(r, 0) + span.cols, old_scale));
+    const float new_scale = q.scale_for(absmax);
+    for (int64_t r = 0; r < span.rows; ++r)
+      pass2(span.index(r, 0), span.index(r, 0) + span.cols, old_scale, new_scale, key);
+    *scale = new_scale;
+  }
+};
 
 }  // namespace quantized_update_detail
 
@@ -75,11 +179,17 @@ TensorScaleSplit quantized_update_tensor_absmax(const Rule& rule, const Q& q, Up
   namespace d = quantized_update_detail;
   d::check_buffers<Rule>(policy, b, scales, rows, cols, range);
   const float old_scale = scales[0];
+  const d::LaneUpdate<Rule, Q, S, G> lanes(rule, q, policy, b);
   float absmax = 0.0f;
-  d::for_each_range_element(
+  d::for_each_range_chunk(
       range.begin * cols, range.end_row(rows) * cols, [] { return 0.0f; },
-      [&](float& local, int64_t i) {
-        local = fmaxf(local, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
+      [&](float& local, int64_t i0, int64_t i1) {
+        if (lanes.vector()) {
+          local = fmaxf(local, lanes.pass1(i0, i1, old_scale));
+          return;
+        }
+        for (int64_t i = i0; i < i1; ++i)
+          local = fmaxf(local, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
       },
       [&](float local) { absmax = fmaxf(absmax, local); });
   return {old_scale, absmax};
@@ -96,12 +206,18 @@ void quantized_update_tensor_finish(const Rule& rule, const Q& q, UpdatePolicy p
   d::check_buffers<Rule>(policy, b, scales, rows, cols, range);
   const float new_scale = q.scale_for(split.absmax);
   const int64_t key = range.key_offset(cols);
-  d::for_each_range_element(
+  const d::LaneUpdate<Rule, Q, S, G> lanes(rule, q, policy, b);
+  d::for_each_range_chunk(
       range.begin * cols, range.end_row(rows) * cols,
       [&] { return GroupDrawCursor<Q>{q}; },  // each thread's chunks in increasing order
-      [&](GroupDrawCursor<Q>& draw, int64_t i) {
-        quantized_update_pass2(rule, q, policy, b, i, split.old_scale, new_scale,
-                               draw(uint64_t(i + key)));
+      [&](GroupDrawCursor<Q>& draw, int64_t i0, int64_t i1) {
+        if (lanes.vector()) {
+          lanes.pass2(i0, i1, split.old_scale, new_scale, key);
+          return;
+        }
+        for (int64_t i = i0; i < i1; ++i)
+          quantized_update_pass2(rule, q, policy, b, i, split.old_scale, new_scale,
+                                 draw(uint64_t(i + key)));
       },
       [](const GroupDrawCursor<Q>&) {});
   scales[0] = new_scale;
@@ -135,10 +251,13 @@ void quantized_update_matrix(const Rule& rule, const Q& q, UpdatePolicy policy,
     k1 = (end + kScaleBlock - 1) / kScaleBlock * tiles_per_row;
   }
   const int64_t key = range.key_offset(cols);
+  const quantized_update_detail::LaneUpdate<Rule, Q, S, G> lanes(rule, q, policy, b);
 #pragma omp parallel for schedule(static) if (cols % 2 == 0)
-  for (int64_t k = k0; k < k1; ++k)
-    quantized_update_group(rule, q, policy, b, scale_group_span(granularity, rows, cols, k),
-                           scales + k, key);
+  for (int64_t k = k0; k < k1; ++k) {
+    const GroupSpan span = scale_group_span(granularity, rows, cols, k);
+    if (lanes.vector()) lanes.group(span, scales + k, key);
+    else quantized_update_group(rule, q, policy, b, span, scales + k, key);
+  }
 }
 
 }  // namespace eco

@@ -149,6 +149,17 @@ class AdamWRule {
   // false is always allowed (it divides by 1 where it could skip, with the same bits).
   ECO_HD void fix_unbiased(bool u) { unbiased_ = u; }
 
+  // The step's terms as the formulas above use them, for code that runs the same operations on
+  // vector lanes (the CPU's SIMD update, kernels/cpu/quantized_update_simd.h).
+  struct Terms {
+    T grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, bc1, bc2, eps, lr, decay, inject;
+    bool injects, unbiased;
+  };
+  ECO_HD Terms terms() const {
+    return {grad_scale_, beta1_, one_minus_beta1_, beta2_, one_minus_beta2_, bc1_, bc2_, eps_,
+            lr_, decay_, inject_, injects_, unbiased_};
+  }
+
  private:
   T grad_scale_, beta1_, one_minus_beta1_, beta2_, one_minus_beta2_, bc1_, bc2_, eps_, lr_;
   T decay_;  // 1 - lr*wd
@@ -184,6 +195,15 @@ class SgdmRule {
   ECO_HD T step(T w, T grad, T& m, T& /*v*/) const { return step(w, grad, m); }
 
   ECO_HD bool injects() const { return injects_; }
+
+  // As AdamWRule::terms.
+  struct Terms {
+    T grad_scale, beta, one_minus_beta, lr, decay, inject;
+    bool injects;
+  };
+  ECO_HD Terms terms() const {
+    return {grad_scale_, beta_, one_minus_beta_, lr_, decay_, inject_, injects_};
+  }
 
  private:
   T grad_scale_, beta_, one_minus_beta_, lr_;
