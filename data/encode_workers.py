@@ -1,0 +1,154 @@
+"""Batches of document pieces -> token arrays, in this process or in --workers processes, the
+results handed back in the order the batches were submitted.
+
+A batch is a list of (text, end, split) pieces (data/prepare.py's document stream) and its result
+{split: tokens} (each piece's ids, then the end-of-text id where a document ends). The result is a
+pure function of the batch, and the pieces of a batch are encoded independently, so the shards do
+not depend on how the pieces are batched or on how many processes encode them.
+
+Workers are spawned, not forked (no tokenizer thread pool or lock is inherited), and build the
+tokenizer from its .spec() in their initializer. They ignore SIGINT (the parent cleans up) and
+exit when the parent is gone. At most 2 x workers batches are in flight, so memory stays bounded
+however fast the reader is; a worker that dies fails the run with WorkerDied instead of leaving
+the parent waiting for its result.
+"""
+import collections
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+import numpy as np
+
+import tokenizer_backends as tb
+
+
+class DocumentError(Exception):
+    """The tokenizer cannot encode piece `index` of a batch; `detail` says why. The Encoder sets
+    .tag to the batch's tag, so the caller can name the document."""
+
+    def __init__(self, index, detail):
+        super().__init__(index, detail)
+        self.index, self.detail, self.tag = index, detail, None
+
+
+class WorkerDied(Exception):
+    """A worker process ended without handing back its result (killed, out of memory)."""
+
+
+def encode_pieces(tok, batch, dtype):
+    """{split: tokens as `dtype`} for one batch; raises DocumentError for a piece that fails."""
+    texts = [t if tok.eot is not None or not end else t + end for t, end, _ in batch]
+    try:
+        encoded = tok.encode_batch(texts)
+    except Exception:
+        raise failing_piece(tok, texts) from None
+    parts = {}
+    eot = np.array([tok.eot], dtype=np.uint32) if tok.eot is not None else None
+    for ids, (_, end, split) in zip(encoded, batch):
+        out = parts.setdefault(split, [])
+        out.append(np.asarray(ids, dtype=np.uint32))
+        if end is not None and eot is not None:
+            out.append(eot)
+    result = {}
+    for split, out in parts.items():
+        tokens = np.concatenate(out)
+        if len(tokens) and int(tokens.max()) >= tok.vocab_size:
+            raise AssertionError(f"token {int(tokens.max())} >= vocab {tok.vocab_size}")
+        result[split] = tokens.astype(dtype)
+    return result
+
+
+def failing_piece(tok, texts):
+    """The DocumentError for the first of `texts` the tokenizer fails on alone."""
+    errors = "surrogateescape" if tok.name == "bytes" else "strict"
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8", errors)
+        except UnicodeEncodeError as e:
+            return DocumentError(i, f"it holds the lone surrogate U+{ord(text[e.start]):04X} (in JSON, a "
+                                 "\\u escape of half a UTF-16 pair), which is not text")
+        try:
+            tok.encode_batch([text])
+        except Exception as e:
+            return DocumentError(i, f"{type(e).__name__}: {e}")
+    return DocumentError(0, "the batch failed, though each of its documents encodes alone")
+
+
+_worker_tok = None
+_worker_error = None
+
+
+def _init_worker(spec, parent):
+    global _worker_tok, _worker_error
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    try:
+        _worker_tok = tb.from_spec(spec)
+    except Exception as e:  # raised with the first batch: the parent reports it as one error
+        _worker_error = e
+
+
+def _exit_with_parent(parent):
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def _encode_in_worker(batch, dtype):
+    if _worker_error is not None:
+        raise _worker_error
+    return encode_pieces(_worker_tok, batch, dtype)
+
+
+class Encoder:
+    """submit(batch, tag) -> the (tag, result) pairs complete so far, in submission order;
+    finish() -> the rest; close() stops the workers. workers == 1 encodes in this process."""
+
+    def __init__(self, tok, dtype, workers):
+        self.tok, self.dtype = tok, dtype
+        self.limit = 2 * workers
+        self.pending = collections.deque()
+        self.pool = None
+        if workers > 1:
+            self.pool = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker, initargs=(tok.spec(), os.getpid()))
+
+    def submit(self, batch, tag):
+        if self.pool is None:
+            return [(tag, self._result(tag, lambda: encode_pieces(self.tok, batch, self.dtype)))]
+        self.pending.append((tag, self.pool.submit(_encode_in_worker, batch, self.dtype)))
+        done = []
+        while self.pending and (len(self.pending) >= self.limit or self.pending[0][1].done()):
+            done.append(self._next())
+        return done
+
+    def finish(self):
+        done = []
+        while self.pending:
+            done.append(self._next())
+        return done
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def _next(self):
+        tag, future = self.pending.popleft()
+        return tag, self._result(tag, future.result)
+
+    @staticmethod
+    def _result(tag, get):
+        try:
+            return get()
+        except DocumentError as e:
+            e.tag = tag
+            raise
+        except BrokenProcessPool:
+            raise WorkerDied("a --workers process ended without its result (killed by a signal, or "
+                             "out of memory)") from None
