@@ -62,15 +62,24 @@ def encode_pieces(tok, batch, dtype):
     return result
 
 
+def not_text(text, errors="strict"):
+    """Why `text` has no UTF-8 form (a lone surrogate), or None. errors="surrogateescape" lets
+    through the bytes that the bytes tokenizer's reader kept from invalid UTF-8."""
+    try:
+        text.encode("utf-8", errors)
+    except UnicodeEncodeError as e:
+        return (f"it holds the lone surrogate U+{ord(text[e.start]):04X} (in JSON, a \\u escape of "
+                "half a UTF-16 pair), which is not text")
+    return None
+
+
 def failing_piece(tok, texts):
     """The DocumentError for the first of `texts` the tokenizer fails on alone."""
     errors = "surrogateescape" if tok.name == "bytes" else "strict"
     for i, text in enumerate(texts):
-        try:
-            text.encode("utf-8", errors)
-        except UnicodeEncodeError as e:
-            return DocumentError(i, f"it holds the lone surrogate U+{ord(text[e.start]):04X} (in JSON, a "
-                                 "\\u escape of half a UTF-16 pair), which is not text")
+        problem = not_text(text, errors)
+        if problem is not None:
+            return DocumentError(i, problem)
         try:
             tok.encode_batch([text])
         except Exception as e:

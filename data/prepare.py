@@ -48,7 +48,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from corpus_reader import InputError, InputFile, detect_format, documents, expand_inputs  # noqa: E402
-from encode_workers import DocumentError, Encoder, WorkerDied  # noqa: E402
+from encode_workers import DocumentError, Encoder, WorkerDied, not_text  # noqa: E402
 from shard_writer import ShardWriter, write_decode_table  # noqa: E402
 import tokenizer_backends as tb  # noqa: E402
 
@@ -111,9 +111,12 @@ def document_name(where):
 def bpe_sample(paths, fmt, fields, split_of, budget):
     """Train-document text, up to `budget` chars, for training the BPE."""
     seen = 0
-    for text, _, split, _ in document_stream(paths, fmt, fields, True, split_of):
+    for text, _, split, where in document_stream(paths, fmt, fields, True, split_of):
         if split != "train":
             continue
+        problem = not_text(text)
+        if problem is not None:
+            raise InputError(f"{document_name(where)}: the bpe tokenizer cannot train on this document: {problem}")
         yield text
         seen += len(text)
         if seen >= budget:
