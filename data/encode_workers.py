@@ -1,14 +1,16 @@
-"""Batches of document pieces -> token arrays, in this process or in --workers processes, the
-results handed back in the order the batches were submitted.
+"""Batches of document pieces -> token arrays, encoded by this process and --workers - 1 spawned
+ones, the results handed back in the order the batches were submitted.
 
 A batch is a list of (text, end, split) pieces (data/prepare.py's document stream) and its result
 {split: tokens} (each piece's ids, then the end-of-text id where a document ends). The result is a
 pure function of the batch, and the pieces of a batch are encoded independently, so the shards do
-not depend on how the pieces are batched or on how many processes encode them.
+not depend on how the pieces are batched or on which process encodes which batch. An error (a
+piece the tokenizer cannot encode) is raised when its batch's turn comes, so the first in input
+order is the one reported, whatever the number of workers.
 
 Workers are spawned, not forked (no tokenizer thread pool or lock is inherited), and build the
 tokenizer from its .spec() in their initializer. They ignore SIGINT (the parent cleans up) and
-exit when the parent is gone. At most 2 x workers batches are in flight, so memory stays bounded
+exit when the parent is gone. At most 2 x workers batches are queued, so memory stays bounded
 however fast the reader is; a worker that dies fails the run with WorkerDied instead of leaving
 the parent waiting for its result.
 """
@@ -113,26 +115,53 @@ def _encode_in_worker(batch, dtype):
     return encode_pieces(_worker_tok, batch, dtype)
 
 
+class _Encoded:
+    """A batch encoded in this process, queued beside the workers' futures; its error, if any,
+    is raised when the batch's turn comes, so errors come in input order."""
+
+    def __init__(self, encode):
+        try:
+            self.value, self.error = encode(), None
+        except Exception as e:
+            self.value, self.error = None, e
+
+    def done(self):
+        return True
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 class Encoder:
     """submit(batch, tag) -> the (tag, result) pairs complete so far, in submission order;
-    finish() -> the rest; close() stops the workers. workers == 1 encodes in this process."""
+    finish() -> the rest; close() stops the workers.
+
+    `workers` processes encode: this one and workers - 1 spawned. A batch goes to a worker while
+    fewer than 2 per worker are running, else it is encoded here, so this process reads ahead
+    only as far as the workers keep up and encodes instead of waiting. At most 2 x workers
+    batches are queued."""
 
     def __init__(self, tok, dtype, workers):
         self.tok, self.dtype = tok, dtype
-        self.limit = 2 * workers
-        self.pending = collections.deque()
+        self.running_limit, self.queued_limit = 2 * (workers - 1), 2 * workers
+        self.pending = collections.deque()  # (tag, future or _Encoded), in submission order
         self.pool = None
         if workers > 1:
             self.pool = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("spawn"),
+                workers - 1, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker, initargs=(tok.spec(), os.getpid()))
 
     def submit(self, batch, tag):
-        if self.pool is None:
-            return [(tag, self._result(tag, lambda: encode_pieces(self.tok, batch, self.dtype)))]
-        self.pending.append((tag, self.pool.submit(_encode_in_worker, batch, self.dtype)))
+        running = sum(not entry.done() for _, entry in self.pending)
+        if self.pool is not None and running < self.running_limit:
+            entry = self.pool.submit(_encode_in_worker, batch, self.dtype)
+        else:
+            entry = _Encoded(lambda: encode_pieces(self.tok, batch, self.dtype))
+        self.pending.append((tag, entry))
         done = []
-        while self.pending and (len(self.pending) >= self.limit or self.pending[0][1].done()):
+        while self.pending and (len(self.pending) > self.queued_limit or self.pending[0][1].done()):
             done.append(self._next())
         return done
 
@@ -148,13 +177,9 @@ class Encoder:
             self.pool = None
 
     def _next(self):
-        tag, future = self.pending.popleft()
-        return tag, self._result(tag, future.result)
-
-    @staticmethod
-    def _result(tag, get):
+        tag, entry = self.pending.popleft()
         try:
-            return get()
+            return tag, entry.result()
         except DocumentError as e:
             e.tag = tag
             raise

@@ -14,13 +14,14 @@ with the corpus (data/corpus_reader.py says what a document is in each --format)
 in the order of the --input files; each is followed by the tokenizer's end-of-text id
 (data/tokenizer_backends.py lists them; bytes has none and keeps the text's own separator).
 
-Workers: --workers N encodes on N processes (spawned, each building its own tokenizer; the reader
-and the shard writer stay in this one), one thread each: batches of about WORKER_BATCH_CHARS go
-out in input order, at most 2 x N at a time, and their tokens are written in that order, so the
-output is byte for byte the same for every N (data/encode_workers.py). --workers 1 encodes here,
-in this process. auto (the default) is one per core this process may run on, at most MAX_AUTO
-(each worker holds its own tokenizer), and fewer for an input of fewer batches. A re-run that
-differs only in --workers is a no-op.
+Workers: --workers N encodes on N processes, one thread each: this one (which also reads the
+inputs and writes the shards) and N - 1 spawned workers, each building its own tokenizer. Batches
+of about WORKER_BATCH_CHARS go to the workers in input order, this process encoding one itself
+whenever the workers are busy; at most 2 x N are queued, and their tokens are written in input
+order, so the output is byte for byte the same for every N (data/encode_workers.py). auto (the
+default) is one per core this process may run on, at most MAX_AUTO (each worker holds its own
+tokenizer), and fewer for an input of fewer batches. A re-run that differs only in --workers is a
+no-op.
 
 Split: document i of --input goes to val when splitmix64(seed, i) / 2^64 < --val-fraction, so
 the split is by document, deterministic, and the same for every tokenizer. With --val-input the

@@ -3,7 +3,8 @@
 # decode_table.bin / tokenizer.json; meta.json equal but for its timings), with --val-fraction
 # (the document split) and with --val-input, over several shards; the BPE trained here encodes
 # the same in the workers as in this process. A document the tokenizer cannot encode (a lone
-# surrogate, in a later batch) gives the same one-line error and exit code with 1 and 2 workers;
+# surrogate, past the first two batches) gives the same one-line error and exit code with 1, 2
+# and 3 workers;
 # a worker killed mid-run fails the run at once (exit 1, one line, no shard left, no worker left).
 # Skipped (exit 77) naming what is missing; ECO_SHARED_DATA as in prepare_and_train.sh.
 source "$(dirname "$0")/lib/common.bash"
@@ -71,12 +72,12 @@ python3 - "$C4_JSON" <<'PY'
 import sys
 lines = open(sys.argv[1], encoding="utf-8").readlines()
 with open("surrogate.jsonl", "w", encoding="utf-8") as f:
-    f.writelines(lines)  # 0.75 MB: the bad line is in the third 256 KiB batch or later
+    f.writelines(lines)  # 0.75 MB: the bad line comes after three 256 KiB batches
     f.write('{"text": "a lone \\ud83d half of a pair"}\n')
     f.writelines(lines[:10])
 PY
 bad=$(($(wc -l <"$C4_JSON") + 1))
-for n in 1 2; do
+for n in 1 2 3; do  # with 3, batches 1-4 go to the two workers
   expect_error 3 "surrogate.jsonl:$bad: the sentencepiece tokenizer cannot encode this document: it holds the lone surrogate U+D83D" -- \
     python3 "$SRC/data/prepare.py" --input surrogate.jsonl --out surrogate.$n --workers $n \
     --tokenizer sentencepiece --tokenizer-model "$T5/spiece.model"

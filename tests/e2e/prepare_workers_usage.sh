@@ -1,7 +1,7 @@
 # data/prepare.py --workers: 0, -1, x, 1.5 and more than 4 x the cores are refused (exit 2, naming
 # the value and what is expected); on generated JSON lines with the bytes tokenizer, 1, 2 and auto
 # write the same shards, and a document that is not text (a lone surrogate) in a later batch gives
-# the same one-line error, exit 3, with 1 and 2 workers. Needs numpy only (skipped, exit 77, without it).
+# the same one-line error, exit 3, with 1, 2 and 3 workers. Needs numpy only (skipped, exit 77, without it).
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 if ! python3 -c "import numpy" 2>/dev/null; then
@@ -46,7 +46,7 @@ done
 grep -q "on 2 workers" out.2.log || fail "--workers 2 not reported: $(tail -1 out.2.log)"
 echo "ok: --workers 1, 2, auto: the same $(ls out.1/*.bin | wc -l) shards"
 
-for n in 1 2; do
+for n in 1 2 3; do
   expect_error 3 "bad.jsonl:2501: the bytes tokenizer cannot encode this document: it holds the lone surrogate U+DFFF" -- \
     python3 "$SRC/data/prepare.py" --input bad.jsonl --tokenizer bytes --out "bad.$n" --workers "$n"
   [ -z "$(ls "bad.$n")" ] || fail "--workers $n left files after the error: $(ls "bad.$n")"
