@@ -4,8 +4,8 @@
 # (the document split) and with --val-input, over several shards; the BPE trained here encodes
 # the same in the workers as in this process. A document the tokenizer cannot encode (a lone
 # surrogate, past the first two batches) gives the same one-line error and exit code with 1, 2
-# and 3 workers;
-# a worker killed mid-run fails the run at once (exit 1, one line, no shard left, no worker left).
+# and 3 workers; a worker killed mid-run fails the run at once (exit 1, one line, no shard left,
+# no worker left).
 # Skipped (exit 77) naming what is missing; ECO_SHARED_DATA as in prepare_and_train.sh.
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
