@@ -117,7 +117,8 @@ def bpe_sample(paths, fmt, fields, split_of, budget):
             continue
         problem = not_text(text)
         if problem is not None:
-            raise InputError(f"{document_name(where)}: the bpe tokenizer cannot train on this document: {problem}")
+            raise InputError(f"{document_name(where)}: the bpe tokenizer cannot train on this document: "
+                             f"{problem}")
         yield text
         seen += len(text)
         if seen >= budget:
@@ -152,8 +153,8 @@ class Progress:
         rate = done / elapsed
         eta = (self.total - done) / rate if rate > 0 else 0
         line = (f"prepare.py: {done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB "
-                f"({100 * done / max(self.total, 1):.0f}%), {tokens:,} tokens, {tokens / elapsed:,.0f} tokens/s, "
-                f"{rate / 1e6:.2f} MB/s, ETA {int(eta) // 60}m{int(eta) % 60:02d}s")
+                f"({100 * done / max(self.total, 1):.0f}%), {tokens:,} tokens, "
+                f"{tokens / elapsed:,.0f} tokens/s, {rate / 1e6:.2f} MB/s, ETA {int(eta) // 60}m{int(eta) % 60:02d}s")
         if self.tty:
             print("\r" + line + "\033[K", end="\n" if final else "", file=sys.stderr, flush=True)
         elif not final or self.printed:
@@ -336,8 +337,9 @@ def convert(args, tok, inputs, val_inputs, split_of, out_dir, version, workers):
     encoder = Encoder(tok, writers["train"].dtype, workers)
     try:
         for paths, route in streams:
-            for text, end, split, where in document_stream(paths, args.format, args.fields, tok.name != "bytes",
-                                                           route, on_file=progress.next_file):
+            pieces = document_stream(paths, args.format, args.fields, tok.name != "bytes", route,
+                                     on_file=progress.next_file)
+            for text, end, split, where in pieces:
                 batch.append((text, end, split))
                 wheres.append(where)
                 size += len(text)
