@@ -20,8 +20,9 @@ of about WORKER_BATCH_CHARS go to the workers in input order, this process encod
 whenever the workers are busy; at most 2 x N are queued, and their tokens are written in input
 order, so the output is byte for byte the same for every N (data/encode_workers.py). auto (the
 default) is one per core this process may run on, at most MAX_AUTO (each worker holds its own
-tokenizer), and fewer for an input of fewer batches. A re-run that differs only in --workers is a
-no-op.
+tokenizer) and at most one per AUTO_WORKER_BYTES of input (starting a worker costs about what
+encoding a few MB does, so a small input stays in one process). A re-run that differs only in
+--workers is a no-op.
 
 Split: document i of --input goes to val when splitmix64(seed, i) / 2^64 < --val-fraction, so
 the split is by document, deterministic, and the same for every tokenizer. With --val-input the
@@ -41,7 +42,6 @@ inputs (--force rebuilds). Exit codes: 0 ok, 1 tokenizer unavailable or a worker
 import argparse
 import glob
 import json
-import math
 import os
 import sys
 import time
@@ -57,6 +57,7 @@ META_FORMAT = "ecotrain-shards-2"
 BATCH_CHARS = 4 << 20
 WORKER_BATCH_CHARS = 256 << 10
 MAX_AUTO = 8
+AUTO_WORKER_BYTES = 16 << 20
 MASK64 = (1 << 64) - 1
 
 
@@ -246,7 +247,8 @@ def parse_args():
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="max tokens per shard")
     p.add_argument("--workers", default="auto",
                    help="processes that encode: N, or auto (default): one per usable core, at most "
-                   f"{MAX_AUTO}; the output is the same for every N")
+                   f"{MAX_AUTO} and one per {AUTO_WORKER_BYTES >> 20} MiB of input; the output is the "
+                   "same for every N")
     p.add_argument("--force", action="store_true", help="rebuild even if the outputs are up to date")
     args = p.parse_args()
 
@@ -310,12 +312,12 @@ def make_tokenizer(args, inputs, split_of):
 
 
 def worker_count(requested, total_bytes):
-    """--workers as a number: auto is one per core this process may run on (at most MAX_AUTO),
-    and no more than the input has batches."""
+    """--workers as a number: auto is one per core this process may run on, at most MAX_AUTO and
+    at most one per AUTO_WORKER_BYTES of input."""
     if requested != "auto":
         return requested
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, MAX_AUTO, math.ceil(total_bytes / WORKER_BATCH_CHARS)))
+    return max(1, min(cores, MAX_AUTO, total_bytes // AUTO_WORKER_BYTES))
 
 
 def convert(args, tok, inputs, val_inputs, split_of, out_dir, version, workers):

@@ -1,6 +1,6 @@
 # data/prepare.py --workers: 0, -1, x, 1.5 and more than 4 x the cores are refused (exit 2, naming
 # the value and what is expected); on generated JSON lines with the bytes tokenizer, 1, 2 and auto
-# write the same shards, and a document that is not text (a lone surrogate) in a later batch gives
+# (one process for this small input) write the same shards, and a document that is not text (a lone surrogate) in a later batch gives
 # the same one-line error, exit 3, with 1, 2 and 3 workers. Needs numpy only (skipped, exit 77, without it).
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
@@ -44,6 +44,7 @@ for n in 2 auto; do
   [ "$(ls out.1)" = "$(ls "out.$n")" ] || fail "--workers $n wrote other files: $(ls "out.$n")"
 done
 grep -q "on 2 workers" out.2.log || fail "--workers 2 not reported: $(tail -1 out.2.log)"
+grep -q "on 1 worker)" out.auto.log || fail "auto started workers for 2.4 MB: $(tail -1 out.auto.log)"
 echo "ok: --workers 1, 2, auto: the same $(ls out.1/*.bin | wc -l) shards"
 
 for n in 1 2 3; do
