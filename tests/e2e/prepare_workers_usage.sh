@@ -1,7 +1,8 @@
 # data/prepare.py --workers: 0, -1, x, 1.5 and more than 4 x the cores are refused (exit 2, naming
 # the value and what is expected); on generated JSON lines with the bytes tokenizer, 1, 2 and auto
-# (one process for this small input) write the same shards, and a document that is not text (a lone surrogate) in a later batch gives
-# the same one-line error, exit 3, with 1, 2 and 3 workers. Needs numpy only (skipped, exit 77, without it).
+# (one process for this small input) write the same shards, and a document that is not text (a
+# lone surrogate) in a later batch gives the same one-line error, exit 3, with 1, 2 and 3 workers.
+# Needs numpy only (skipped, exit 77, without it).
 source "$(dirname "$0")/lib/common.bash"
 cd "$WORK"
 if ! python3 -c "import numpy" 2>/dev/null; then
