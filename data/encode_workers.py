@@ -10,7 +10,7 @@ order is the one reported, whatever the number of workers.
 
 Workers are spawned, not forked (no tokenizer thread pool or lock is inherited), and build the
 tokenizer from its .spec() in their initializer. They ignore SIGINT (the parent cleans up) and
-exit when the parent is gone. At most 2 x workers batches are queued, so memory stays bounded
+exit when the parent is gone. At most 8 x workers batches are queued, so memory stays bounded
 however fast the reader is; a worker that dies fails the run with WorkerDied instead of leaving
 the parent waiting for its result.
 """
@@ -139,13 +139,14 @@ class Encoder:
     finish() -> the rest; close() stops the workers.
 
     `workers` processes encode: this one and workers - 1 spawned. A batch goes to a worker while
-    fewer than 2 per worker are running, else it is encoded here, so this process reads ahead
-    only as far as the workers keep up and encodes instead of waiting. At most 2 x workers
-    batches are queued."""
+    fewer than 2 per worker are running, else it is encoded here, so this process encodes instead
+    of waiting. Up to 8 x workers batches are queued (a few MB), so a worker that falls behind (a
+    busy machine) holds up the writing of the batches after it but not this process's encoding;
+    past that, this process waits for the oldest."""
 
     def __init__(self, tok, dtype, workers):
         self.tok, self.dtype = tok, dtype
-        self.running_limit, self.queued_limit = 2 * (workers - 1), 2 * workers
+        self.running_limit, self.queued_limit = 2 * (workers - 1), 8 * workers
         self.pending = collections.deque()  # (tag, future or _Encoded), in submission order
         self.pool = None
         if workers > 1:

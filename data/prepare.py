@@ -17,7 +17,7 @@ in the order of the --input files; each is followed by the tokenizer's end-of-te
 Workers: --workers N encodes on N processes, one thread each: this one (which also reads the
 inputs and writes the shards) and N - 1 spawned workers, each building its own tokenizer. Batches
 of about WORKER_BATCH_CHARS go to the workers in input order, this process encoding one itself
-whenever the workers are busy; at most 2 x N are queued, and their tokens are written in input
+whenever the workers are busy; at most 8 x N are queued, and their tokens are written in input
 order, so the output is byte for byte the same for every N (data/encode_workers.py). auto (the
 default) is one per core this process may run on, at most MAX_AUTO (each worker holds its own
 tokenizer) and at most one per AUTO_WORKER_BYTES of input (starting a worker costs about what
