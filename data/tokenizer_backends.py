@@ -189,9 +189,9 @@ class SentencePieceTokenizer:
     name = "sentencepiece"
 
     def __init__(self, model_path, eot_token):
+        self.eot_token_arg = eot_token
         spm = need("sentencepiece", "--tokenizer sentencepiece")
         self.model = model_file(model_path, "--tokenizer sentencepiece")
-        self.eot_token_arg = eot_token
         try:
             self.sp = spm.SentencePieceProcessor(model_file=self.model)
         except (OSError, RuntimeError) as e:
@@ -247,9 +247,9 @@ class HfTokenizer:
     name = "hf"
 
     def __init__(self, model_path, eot_token):
+        self.eot_token_arg = eot_token
         tk = need("tokenizers", "--tokenizer hf")
         self.model = model_file(model_path, "--tokenizer hf")
-        self.eot_token_arg = eot_token
         try:
             self.tok = tk.Tokenizer.from_file(self.model)
             with open(self.model, encoding="utf-8") as f:
