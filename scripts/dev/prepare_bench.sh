@@ -7,7 +7,7 @@
 # phase, its ratio to the first count's, and whether the outputs are identical to the first
 # count's (sha256 of every file; meta.json but for its timings). Not a test; run from the
 # project root on a quiet machine:
-#   scripts/prepare_bench.sh [COPIES (default 100)] [REPEATS (default 3)] [WORKERS... (default 1 2)]
+#   scripts/dev/prepare_bench.sh [COPIES (default 100)] [REPEATS (default 3)] [WORKERS... (default 1 2)]
 set -euo pipefail
 COPIES=${1:-100}
 REPEATS=${2:-3}
