@@ -45,7 +45,7 @@ same_for_workers() {
   shift
   for n in 1 2 3; do
     prepare "$@" --out "$name.$n" --workers "$n"
-    grep -q "on $n worker" prepare.log || fail "$name: --workers $n not reported: $(tail -1 prepare.log)"
+    tail -1 prepare.log | grep -q "on $n worker" || fail "$name: --workers $n not reported: $(tail -1 prepare.log)"
   done
   fingerprint "$name.1" >"$name.1.sum"
   [ "$(ls "$name".1/train_*.bin | wc -l)" -ge 2 ] || fail "$name: one train shard; the test wants several"
