@@ -65,14 +65,17 @@ def detect_format(path, requested):
 
 
 class InputFile:
-    """One input opened for streaming: .lines(limit) yields lines of at most `limit` chars, and
-    .position is how many bytes of the file on disk (compressed, for gzip) were consumed."""
+    """One input opened for streaming: .lines(limit) yields lines of at most `limit` chars,
+    .position is how many bytes of the file on disk (compressed, for gzip) were consumed and
+    .line the number (from 1) of the line the last one yielded belongs to."""
 
     def __init__(self, path, strict_utf8):
         self.path = path
         self.size = os.path.getsize(path)
         self.gzip = is_gzip(path)
         self.strict = strict_utf8
+        self.line = 0
+        self._ended = 0  # complete lines yielded
         self._raw = None
 
     @property
@@ -100,6 +103,8 @@ class InputFile:
                                      f"{self.size} ({type(e).__name__}: {e})") from None
                 if not line:
                     return
+                self.line = self._ended + 1
+                self._ended += line.endswith("\n")
                 yield line
         finally:
             self._raw.close()

@@ -4,7 +4,9 @@ Each has .name, .vocab_size, .eot (the end-of-text id written after every docume
 .encode_batch(list of str) -> list of id sequences, .token_bytes() -> list of bytes (index = id,
 for the decode table), .save(out_dir) for anything beyond the decode table, and .describe() for
 meta.json. Encoding never adds special tokens (BOS/EOS): the end-of-text id is added by
-prepare.py, once per document.
+prepare.py, once per document. Encoding runs on one thread: prepare.py's --workers processes are
+the parallelism. .spec() is a picklable description that from_spec() turns back into the same
+tokenizer in another process (the trained BPE travels as its tokenizer.json text).
 
   bytes          vocab 256, no end-of-text id: a document's own separator (its newline, a
                  paragraph's blank lines) is written instead, so the shards give the text back.
@@ -26,7 +28,6 @@ import numpy as np
 
 ENDOFTEXT = "<|endoftext|>"
 HF_EOT_CANDIDATES = (ENDOFTEXT, "</s>", "<eos>", "<|end_of_text|>")
-THREADS = max(1, os.cpu_count() or 1)
 
 
 class TokenizerError(Exception):
@@ -97,10 +98,22 @@ BYTE_OF_UNICODE = {c: b for b, c in gpt2_bytes_to_unicode().items()}
 BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
+def from_spec(spec):
+    """The tokenizer that .spec() described (built in a --workers process)."""
+    kind, *args = spec
+    if kind == "bpe":
+        return BpeTokenizer.from_json(*args)
+    return {"bytes": BytesTokenizer, "gpt2": Gpt2Tokenizer, "sentencepiece": SentencePieceTokenizer,
+            "hf": HfTokenizer}[kind](*args)
+
+
 class BytesTokenizer:
     name = "bytes"
     vocab_size = 256
     eot = None
+
+    def spec(self):
+        return ("bytes",)
 
     def encode_batch(self, texts):
         return [np.frombuffer(t.encode("utf-8", "surrogateescape"), dtype=np.uint8) for t in texts]
@@ -131,6 +144,19 @@ class BpeTokenizer:
         self.vocab_size = self.tok.get_vocab_size()
         self.eot = self.tok.token_to_id(ENDOFTEXT)
 
+    @classmethod
+    def from_json(cls, text):
+        """The trained tokenizer again, from its tokenizer.json text (.spec())."""
+        tk = need("tokenizers", "--tokenizer bpe")
+        self = cls.__new__(cls)
+        self.tok = tk.Tokenizer.from_str(text)
+        self.vocab_size = self.tok.get_vocab_size()
+        self.eot = self.tok.token_to_id(ENDOFTEXT)
+        return self
+
+    def spec(self):
+        return ("bpe", self.tok.to_str())
+
     def encode_batch(self, texts):
         return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
 
@@ -149,6 +175,7 @@ class Gpt2Tokenizer:
 
     def __init__(self, model_path):
         tiktoken = need("tiktoken", "--tokenizer gpt2")
+        self.model_path = model_path
         self.model = None
         if model_path is not None:  # a folder with both files, or either file
             folder = model_path if os.path.isdir(model_path) else os.path.dirname(model_path)
@@ -175,7 +202,7 @@ class Gpt2Tokenizer:
         self.eot = self.enc.eot_token
 
     def encode_batch(self, texts):
-        return self.enc.encode_ordinary_batch(texts, num_threads=THREADS)
+        return [self.enc.encode_ordinary(t) for t in texts]
 
     def token_bytes(self):
         return [self.enc.decode_single_token_bytes(i) for i in range(self.vocab_size)]
@@ -186,11 +213,15 @@ class Gpt2Tokenizer:
     def describe(self):
         return {"eot": self.eot, "eot_token": ENDOFTEXT, "model": self.model or "tiktoken gpt2"}
 
+    def spec(self):
+        return ("gpt2", self.model_path)
+
 
 class SentencePieceTokenizer:
     name = "sentencepiece"
 
     def __init__(self, model_path, eot_token):
+        self.eot_token_arg = eot_token
         spm = need("sentencepiece", "--tokenizer sentencepiece")
         self.model = model_file(model_path, "--tokenizer sentencepiece",
                                 "a SentencePiece .model file", "*.model")
@@ -209,7 +240,7 @@ class SentencePieceTokenizer:
                 raise TokenizerError(f"{self.model}: the model has no EOS piece; name one with --eot-token")
 
     def encode_batch(self, texts):
-        return self.sp.encode(texts, num_threads=THREADS)
+        return self.sp.encode(texts, num_threads=1)
 
     def token_bytes(self):
         out = []
@@ -230,6 +261,9 @@ class SentencePieceTokenizer:
     def describe(self):
         return {"eot": self.eot, "eot_token": self.sp.id_to_piece(self.eot), "model": self.model}
 
+    def spec(self):
+        return ("sentencepiece", self.model, self.eot_token_arg)
+
 
 def hf_token_bytes(token, byte_level):
     if token is None:
@@ -246,6 +280,7 @@ class HfTokenizer:
     name = "hf"
 
     def __init__(self, model_path, eot_token):
+        self.eot_token_arg = eot_token
         tk = need("tokenizers", "--tokenizer hf")
         self.model = model_file(model_path, "--tokenizer hf", "a Hugging Face tokenizer.json file",
                                 "tokenizer.json")
@@ -275,3 +310,6 @@ class HfTokenizer:
 
     def describe(self):
         return {"eot": self.eot, "eot_token": self.eot_token, "model": self.model}
+
+    def spec(self):
+        return ("hf", self.model, self.eot_token_arg)
