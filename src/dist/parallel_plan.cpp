@@ -19,7 +19,7 @@ ParallelPlan::ParallelPlan(const Config& cfg, Communicator& world, Backend& be)
   const ParallelConfig& par = cfg.parallel;
   ECO_ASSERT(world_.world() == par.world(), "a plan of {} ranks over a world of {}", par.world(),
              world_.world());
-  if (world_.world() > 1) world_.set_timeout(par.timeout_s);
+  if (world_.world() > 1) world_.set_timeouts(par.timeout_s, par.phase_timeout_s);
   experts_ = expert_placement(par.dp, par.ep, world_.rank(), par.ep_row_factor,
                               cfg.train.grad_accum);
   if (experts_.enabled()) {  // the groups of world = dp x ep, rank r = d ep + e
