@@ -23,9 +23,10 @@ struct CommBytes {
 };
 
 // What the ranks of a run are doing together; each phase has its own collective timeout
-// (Communicator::set_timeouts). Checkpoint, Eval and Sample are the phases in which a rank may
-// wait on work the others know of (rank 0 writing a checkpoint).
-enum class RunPhase { Startup, Steps, Checkpoint, Eval, Sample };
+// (Communicator::set_timeouts). Load, Checkpoint, Eval and Sample are the phases in which a rank
+// may wait on work the others know of (every rank reading a checkpoint or model.init_from,
+// rank 0 writing a checkpoint).
+enum class RunPhase { Startup, Steps, Load, Checkpoint, Eval, Sample };
 
 class Communicator {
  public:
@@ -91,7 +92,8 @@ class Communicator {
   // then ends the others). Until set_timeouts, the phase is start-up (MPI: MPI_Init and the
   // collectives before the config is agreed, bounded by ECO_STARTUP_TIMEOUT_S); set_timeouts
   // starts the training steps (parallel.timeout_s: `steps_s`) and gives the phases in which
-  // ranks wait on a known piece of work (checkpoint, eval, sample: parallel.phase_timeout_s)
+  // ranks wait on a known piece of work (load, checkpoint, eval, sample:
+  // parallel.phase_timeout_s, never less than steps_s)
   // `phases_s`. 0: wait forever (the default of a communicator never given bounds).
   virtual void set_timeouts(double /*steps_s*/, double /*phases_s*/) {}
   // What the ranks are doing (the run's phase, for the timeout); returns the phase it replaces.

@@ -91,14 +91,14 @@ class CollectiveWatchdog {
     rank_ = rank;
     world_ = world;
   }
-  // Ends start-up: the steps wait `steps_s`, checkpoint / eval / sample max(steps_s, phases_s)
+  // Ends start-up: the steps wait `steps_s`, the other phases max(steps_s, phases_s)
   // (0 in either: forever; a phase's bound never shortens the steps').
   void set_timeouts(double steps_s, double phases_s) {
     const std::lock_guard<std::mutex> lock(mu_);
     const bool longer = steps_s > 0 && phases_s > steps_s;
     const double phase_bound = steps_s > 0 && phases_s > 0 ? std::max(steps_s, phases_s) : 0;
     bound_s_[size_t(RunPhase::Steps)] = steps_s;
-    for (RunPhase p : {RunPhase::Checkpoint, RunPhase::Eval, RunPhase::Sample}) {
+    for (RunPhase p : {RunPhase::Load, RunPhase::Checkpoint, RunPhase::Eval, RunPhase::Sample}) {
       bound_s_[size_t(p)] = phase_bound;
       bound_key_[size_t(p)] = longer ? "parallel.phase_timeout_s" : "parallel.timeout_s";
     }
@@ -140,10 +140,16 @@ class CollectiveWatchdog {
     switch (p) {
       case RunPhase::Startup:
         return "during MPI start-up (MPI_Init and the check that every rank runs the same config)";
-      case RunPhase::Steps: return "in the training steps";
-      case RunPhase::Checkpoint: return "while rank 0 writes a checkpoint";
-      case RunPhase::Eval: return "during an evaluation";
-      case RunPhase::Sample: return "during a sample";
+      case RunPhase::Steps:
+        return "in the training steps";
+      case RunPhase::Load:
+        return "while the ranks read the checkpoint or model.init_from";
+      case RunPhase::Checkpoint:
+        return "while rank 0 writes a checkpoint";
+      case RunPhase::Eval:
+        return "during an evaluation";
+      case RunPhase::Sample:
+        return "during a sample";
     }
     return "";
   }
@@ -168,13 +174,13 @@ class CollectiveWatchdog {
     }
   }
 
-  static constexpr size_t kPhases = 5;
+  static constexpr size_t kPhases = size_t(RunPhase::Sample) + 1;
   int rank_, world_;  // -1 while unknown (under mu_)
   RunPhase phase_ = RunPhase::Startup;
   double bound_s_[kPhases] = {};  // seconds a collective may wait in each phase; 0: forever
   const char* bound_key_[kPhases] = {"ECO_STARTUP_TIMEOUT_S", "parallel.timeout_s",
-                                     "parallel.timeout_s", "parallel.timeout_s",
-                                     "parallel.timeout_s"};
+                                     "parallel.timeout_s",    "parallel.timeout_s",
+                                     "parallel.timeout_s",    "parallel.timeout_s"};
   std::vector<const Scope*> open_;  // the collectives waiting now (under mu_)
   std::mutex mu_;
   std::condition_variable cv_;

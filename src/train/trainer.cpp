@@ -521,7 +521,13 @@ int Trainer::run(const RunOptions& opts) {
     log_.warn("removed {}/{}, left by a write that was killed", run_dir_.path(), name);
   const StopSignals stop;  // from here on, SIGINT / SIGTERM stop the run at a checkpoint
   Progress p;
-  start_or_resume(opts, p);
+  {
+    // Every rank reads the checkpoint or model.init_from: the faster ones wait for the others
+    // here, under parallel.phase_timeout_s, rather than in the first step.
+    const Communicator::PhaseGuard phase(*comm_, RunPhase::Load);
+    start_or_resume(opts, p);
+    if (comm_->world() > 1) comm_->barrier();
+  }
   if (p.resumed && p.start == cfg_.total_steps() && finished_run_intact(p)) return 0;
   run_dir_.write_resolved_config(to_yaml(cfg_));
   log_.open_metrics(run_dir_.path(), p.resumed, p.start);
