@@ -322,6 +322,10 @@ void ParallelPlan::broadcast_from_lead(void* data, int64_t bytes) {
   if (world() > 1) world_.broadcast(data, bytes, 0);
 }
 
+void ParallelPlan::wait_for_every_rank() {
+  if (world_.world() > 1) world_.barrier();
+}
+
 void ParallelPlan::gather_to_lead(void* buf, const std::vector<int64_t>& byte_bounds) {
   world_.gather(buf, byte_bounds, 0);
 }

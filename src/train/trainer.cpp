@@ -526,7 +526,7 @@ int Trainer::run(const RunOptions& opts) {
     // here, under parallel.phase_timeout_s, rather than in the first step.
     const Communicator::PhaseGuard phase(*comm_, RunPhase::Load);
     start_or_resume(opts, p);
-    if (comm_->world() > 1) comm_->barrier();
+    plan_->wait_for_every_rank();
   }
   if (p.resumed && p.start == cfg_.total_steps() && finished_run_intact(p)) return 0;
   run_dir_.write_resolved_config(to_yaml(cfg_));
