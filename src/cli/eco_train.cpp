@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/test_faults.h"
 #include "base/error.h"
 #include "dist/communicator.h"
 #include "dist/rank_agreement.h"
@@ -183,7 +184,9 @@ int run(int argc, char** argv, eco::Communicator& comm) {
     eco::usage_error("--overwrite starts over; it goes with a fresh start or --resume=PATH, not "
                      "with --resume or --resume-if-present");
   const eco::Config cfg = eco::load_config(config_path, overrides);
-  check_ranks_agree(cfg, comm);
+  eco::stall_for_test("agreement", comm.rank());
+  check_ranks_agree(cfg, comm);  // under the start-up bound: the config is not agreed before
+  comm.set_timeouts(cfg.parallel.timeout_s, cfg.parallel.phase_timeout_s);
   if (plan) {
     if (comm.rank() != 0) return 0;  // one plan: the largest rank's share (the plan names it)
     const eco::MemoryFit fit = eco::memory_fit(cfg);

@@ -198,10 +198,13 @@ struct ParallelConfig {
   int dp = 1;    // data-parallel ranks
   int ep = 1;    // expert-parallel ranks: the routed experts split over them (world = dp x ep)
   int zero = 0;  // 0: every rank holds the whole optimizer state; 1: ZeRO-1
-  // A collective that waits longer than this for the other ranks ends the run (a rank that is
-  // stuck, or gone without the launcher noticing); 0: wait forever. Rank 0 writing a large
-  // checkpoint keeps the others waiting at their next collective: leave room for it.
+  // A collective that waits longer than this for the other ranks in the training steps ends
+  // the run (a rank that is stuck, or gone without the launcher noticing); 0: wait forever.
   double timeout_s = 600;
+  // The same bound while the ranks read the checkpoint to resume or model.init_from, checkpoint
+  // (rank 0 writes, the others wait for it), evaluate or sample: max(timeout_s,
+  // phase_timeout_s); 0 in either key: wait forever.
+  double phase_timeout_s = 3600;
   // Expert parallelism: the rows a rank's experts can take in a layer, as a multiple of the
   // balanced load (one source's rows); 0: ep, the worst case (every source's rows routed to one
   // rank's experts), which always fits. Less saves activation memory; a step that routes more

@@ -234,6 +234,10 @@ const Section<ParallelConfig>& parallel_section() {
           key("timeout_s", &P::timeout_s)
               .must([](const double& v) { return std::isfinite(v) && v >= 0 && v <= 1e7; },
                     "must be 0 (wait forever) or seconds in (0, 1e7]"),
+          key("phase_timeout_s", &P::phase_timeout_s)
+              .must([](const double& v) { return std::isfinite(v) && v >= 0 && v <= 1e7; },
+                    "must be 0 (wait forever) or seconds in (0, 1e7]")
+              .when([](const P& p) { return p.phase_timeout_s != ParallelConfig{}.phase_timeout_s; }),
           // Its bounds depend on ep: a cross-key check.
           key("ep_row_factor", &P::ep_row_factor).when([](const P& p) {
             return p.ep_row_factor > 0;

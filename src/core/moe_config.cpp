@@ -39,7 +39,7 @@ const config_table::Section<MoeConfig>& config_table::moe_section() {
       "model.moe",
       {
           key("n_experts", &C::n_experts)
-              .must(at_least(1), "must be >= 1", " (remove model.moe for a dense model)")
+              .must(at_least(1), "must be >= 1", " (0, or no model.moe: a dense model)")
               .range(1, L::kMaxExperts)
               .shape(),
           key("top_k", &C::top_k)
@@ -95,6 +95,14 @@ void read_moe_config(SectionReader& model_section, ModelConfig& m, const std::st
   MoeConfig& c = m.moe;
   c.expert_act = m.mlp;  // the family's MLP unless model.moe.expert_act says otherwise
   if (!node || node.IsNull()) return;
+  // n_experts: 0 is a dense model, as no section: the section's other keys are not read (a
+  // MoE config made dense with --set model.moe.n_experts=0).
+  if (const YAML::Node n = node.IsMap() ? node["n_experts"] : YAML::Node();
+      n && n.IsScalar() && n.Scalar() == "0") {
+    c = MoeConfig{};
+    c.expert_act = m.mlp;
+    return;
+  }
   auto need = [&](bool ok, const char* key, const std::string& why) {
     require(ok, origin, key, why);
   };

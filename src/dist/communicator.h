@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace eco {
@@ -20,6 +21,12 @@ struct CommBytes {
     return all_reduce + reduce_scatter + all_gather + gather + broadcast + all_to_all;
   }
 };
+
+// What the ranks of a run are doing together; each phase has its own collective timeout
+// (Communicator::set_timeouts). Load, Checkpoint, Eval and Sample are the phases in which a rank
+// may wait on work the others know of (every rank reading a checkpoint or model.init_from,
+// rank 0 writing a checkpoint).
+enum class RunPhase { Startup, Steps, Load, Checkpoint, Eval, Sample };
 
 class Communicator {
  public:
@@ -80,10 +87,29 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   const CommBytes& bytes_sent() const { return bytes_; }
-  // A collective waiting longer than `seconds` for the other ranks ends this process with
-  // exit code 1 and a line naming the collective (the launcher then ends the others); 0: wait
-  // forever (the default).
-  virtual void set_timeout(double /*seconds*/) {}
+  // A collective waiting longer than its phase's bound for the other ranks ends this process
+  // with exit code 1 and a line naming the collective, the phase and the bound (the launcher
+  // then ends the others). Until set_timeouts, the phase is start-up (MPI: MPI_Init and the
+  // collectives before the config is agreed, bounded by ECO_STARTUP_TIMEOUT_S); set_timeouts
+  // starts the training steps (parallel.timeout_s: `steps_s`) and gives the phases in which
+  // ranks wait on a known piece of work (load, checkpoint, eval, sample:
+  // parallel.phase_timeout_s, never less than steps_s)
+  // `phases_s`. 0: wait forever (the default of a communicator never given bounds).
+  virtual void set_timeouts(double /*steps_s*/, double /*phases_s*/) {}
+  // What the ranks are doing (the run's phase, for the timeout); returns the phase it replaces.
+  virtual RunPhase set_phase(RunPhase p) { return std::exchange(phase_, p); }
+  // The run is in `p` while a PhaseGuard lives (every rank opens the same guards).
+  class PhaseGuard {
+   public:
+    PhaseGuard(Communicator& c, RunPhase p) : c_(c), before_(c.set_phase(p)) {}
+    ~PhaseGuard() { c_.set_phase(before_); }
+    PhaseGuard(const PhaseGuard&) = delete;
+    PhaseGuard& operator=(const PhaseGuard&) = delete;
+
+   private:
+    Communicator& c_;
+    RunPhase before_;
+  };
   // A wait on the other ranks outside this communicator (a device collective's synchronisation:
   // NCCL has no timeout of its own) falls under the same timeout while a WaitGuard lives.
   class WaitGuard {
@@ -99,6 +125,7 @@ class Communicator {
 
  protected:
   CommBytes bytes_;
+  RunPhase phase_ = RunPhase::Startup;
   virtual void wait_begin(const char* /*what*/) {}
   virtual void wait_end() {}
 };
@@ -123,6 +150,10 @@ void check_split_color(int color);
 std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv);
 // True when the environment says an MPI launcher started this process.
 bool launched_by_mpi();
+// This process's rank and the world's size as the launcher's environment gives them (before
+// MPI_Init), -1 where it does not.
+int launcher_rank();
+int launcher_world();
 // The ranks an MPI launcher started on this host (its environment), 1 without one.
 int local_ranks();
 

@@ -1,7 +1,9 @@
 // One process: the collectives of a world of 1, and the choice between it and MPI.
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 #include "base/error.h"
 #include "dist/communicator.h"
@@ -107,6 +109,26 @@ int local_ranks() {
       if (n > 0) return n;
     }
   return 1;
+}
+
+namespace {
+// The first of the launcher's variables that holds a number >= 0, else -1.
+int launcher_number(std::initializer_list<const char*> vars) {
+  for (const char* v : vars)
+    if (const char* s = std::getenv(v); s && *s) {
+      char* end = nullptr;
+      const long n = std::strtol(s, &end, 10);
+      if (*end == '\0' && n >= 0 && n <= INT_MAX) return int(n);
+    }
+  return -1;
+}
+}  // namespace
+
+int launcher_rank() {
+  return launcher_number({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"});
+}
+int launcher_world() {
+  return launcher_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
 }
 
 bool launched_by_mpi() {

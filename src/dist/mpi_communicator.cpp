@@ -7,6 +7,7 @@
 #include "dist/mpi_communicator.h"
 
 #include "base/error.h"
+#include "core/test_faults.h"
 
 #ifdef ECO_HAVE_MPI
 #include <mpi.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -49,13 +52,32 @@ MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 // Elements per rank-chunk in one round of the ordered sum (MPI counts are int).
 constexpr int64_t kChunkElems = int64_t(1) << 26;
 
-// Ends the process when a collective has waited longer than the timeout. The thread makes no
-// MPI call: it prints one line and _Exits, and the launcher (mpirun) then ends the other ranks.
-// Two threads may be in collectives at once (parallel.overlap under expert parallelism: the
-// gradient sums on the worker, the token exchange on the main thread): each Scope is watched.
+// The start-up bound (ECO_STARTUP_TIMEOUT_S, seconds; 0: wait forever): MPI_Init and the
+// collectives before the config is agreed, which cannot wait under the config's timeout.
+constexpr double kStartupTimeoutS = 600;
+double startup_timeout_s() {
+  const char* text = std::getenv("ECO_STARTUP_TIMEOUT_S");
+  if (!text || !*text) return kStartupTimeoutS;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (*end != '\0' || !std::isfinite(v) || v < 0 || v > 1e7)
+    usage_error("ECO_STARTUP_TIMEOUT_S '{}': expected 0 (wait forever) or seconds in (0, 1e7]",
+                clip_for_message(text));
+  return v;
+}
+
+// Ends the process when a collective has waited longer than its phase's bound. The thread makes
+// no MPI call: it prints one line and _Exits, and the launcher (mpirun) then ends the other
+// ranks. It starts before MPI_Init, which it watches too (the ranks named by the launcher's
+// environment until MPI names them). Two threads may be in collectives at once
+// (parallel.overlap under expert parallelism: the gradient sums on the worker, the token
+// exchange on the main thread): each Scope is watched.
 class CollectiveWatchdog {
  public:
-  CollectiveWatchdog(int rank, int world) : rank_(rank), world_(world) {}
+  CollectiveWatchdog(int rank, int world) : rank_(rank), world_(world) {
+    bound_s_[size_t(RunPhase::Startup)] = startup_timeout_s();
+    thread_ = std::thread([this] { watch(); });
+  }
   ~CollectiveWatchdog() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -64,9 +86,27 @@ class CollectiveWatchdog {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
-  void set_timeout(double seconds) {
-    timeout_s_ = seconds;
-    if (seconds > 0 && !thread_.joinable()) thread_ = std::thread([this] { watch(); });
+  void set_ranks(int rank, int world) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    rank_ = rank;
+    world_ = world;
+  }
+  // Ends start-up: the steps wait `steps_s`, the other phases max(steps_s, phases_s)
+  // (0 in either: forever; a phase's bound never shortens the steps').
+  void set_timeouts(double steps_s, double phases_s) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const bool longer = steps_s > 0 && phases_s > steps_s;
+    const double phase_bound = steps_s > 0 && phases_s > 0 ? std::max(steps_s, phases_s) : 0;
+    bound_s_[size_t(RunPhase::Steps)] = steps_s;
+    for (RunPhase p : {RunPhase::Load, RunPhase::Checkpoint, RunPhase::Eval, RunPhase::Sample}) {
+      bound_s_[size_t(p)] = phase_bound;
+      bound_key_[size_t(p)] = longer ? "parallel.phase_timeout_s" : "parallel.timeout_s";
+    }
+    if (phase_ == RunPhase::Startup) phase_ = RunPhase::Steps;
+  }
+  RunPhase set_phase(RunPhase p) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(phase_, p);
   }
   // Marks the calling collective for its scope.
   class Scope {
@@ -95,25 +135,52 @@ class CollectiveWatchdog {
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
+  // What the ranks were doing while the collective waited, for the message.
+  static const char* phase_text(RunPhase p) {
+    switch (p) {
+      case RunPhase::Startup:
+        return "during MPI start-up (MPI_Init and the check that every rank runs the same config)";
+      case RunPhase::Steps:
+        return "in the training steps";
+      case RunPhase::Load:
+        return "while the ranks read the checkpoint or model.init_from";
+      case RunPhase::Checkpoint:
+        return "while rank 0 writes a checkpoint";
+      case RunPhase::Eval:
+        return "during an evaluation";
+      case RunPhase::Sample:
+        return "during a sample";
+    }
+    return "";
+  }
   void watch() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return quit_; })) {
-      if (timeout_s_ <= 0) continue;
+      const double bound = bound_s_[size_t(phase_)];
+      if (bound <= 0) continue;
       for (const Scope* s : open_) {
         const double waited = double(now_ns() - s->since_ns_) / 1e9;
-        if (waited <= timeout_s_) continue;
+        if (waited <= bound) continue;
+        const std::string who = rank_ < 0 ? std::string("?")
+                                          : std::to_string(rank_) + "/" + std::to_string(world_);
         std::fprintf(stderr,
-                     "eco-train: error: [rank %d/%d] %s has waited %.0f s for the other ranks "
-                     "(parallel.timeout_s %g): a rank is stuck or gone; ending the run\n",
-                     rank_, world_, s->what_, waited, timeout_s_);
+                     "eco-train: error: [rank %s] %s has waited %.0f s for the other ranks "
+                     "(%s %g) %s: a rank is stuck or gone; ending the run\n",
+                     who.c_str(), s->what_, waited, bound_key_[size_t(phase_)], bound,
+                     phase_text(phase_));
         std::fflush(stderr);
         std::_Exit(1);
       }
     }
   }
 
-  const int rank_, world_;
-  double timeout_s_ = 0;
+  static constexpr size_t kPhases = size_t(RunPhase::Sample) + 1;
+  int rank_, world_;  // -1 while unknown (under mu_)
+  RunPhase phase_ = RunPhase::Startup;
+  double bound_s_[kPhases] = {};  // seconds a collective may wait in each phase; 0: forever
+  const char* bound_key_[kPhases] = {"ECO_STARTUP_TIMEOUT_S", "parallel.timeout_s",
+                                     "parallel.timeout_s",    "parallel.timeout_s",
+                                     "parallel.timeout_s",    "parallel.timeout_s"};
   std::vector<const Scope*> open_;  // the collectives waiting now (under mu_)
   std::mutex mu_;
   std::condition_variable cv_;
@@ -126,16 +193,23 @@ class CollectiveWatchdog {
 // run's.
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(int* argc, char*** argv) : comm_(MPI_COMM_WORLD), root_(true) {
+  MpiCommunicator(int* argc, char*** argv)
+      : comm_(MPI_COMM_WORLD),
+        root_(true),
+        watchdog_(std::make_shared<CollectiveWatchdog>(launcher_rank(), launcher_world())) {
     int provided = 0;
+    stall_for_test("mpi_init", launcher_rank());
     // The gradient sums run on a worker thread while the main thread computes
     // (dist/comm_worker.h): SERIALIZED lets one thread at a time call MPI; MULTIPLE lets the
     // main thread exchange tokens (expert parallelism) while the worker sums.
-    ECO_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    {
+      const CollectiveWatchdog::Scope scope(*watchdog_, "MPI_Init");
+      ECO_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    }
     any_thread_ = provided >= MPI_THREAD_SERIALIZED;
     concurrent_ = provided >= MPI_THREAD_MULTIPLE;
     init_ranks();
-    watchdog_ = std::make_shared<CollectiveWatchdog>(rank_, world_);  // names the world rank
+    watchdog_->set_ranks(rank_, world_);  // the messages name the world rank
   }
   MpiCommunicator(MPI_Comm comm, std::shared_ptr<CollectiveWatchdog> watchdog, bool any_thread,
                   bool concurrent)
@@ -162,7 +236,10 @@ class MpiCommunicator final : public Communicator {
   std::string name() const override { return "mpi"; }
   bool any_thread() const override { return any_thread_; }
   bool concurrent() const override { return concurrent_; }
-  void set_timeout(double seconds) override { watchdog_->set_timeout(seconds); }
+  void set_timeouts(double steps_s, double phases_s) override {
+    watchdog_->set_timeouts(steps_s, phases_s);
+  }
+  RunPhase set_phase(RunPhase p) override { return watchdog_->set_phase(p); }
   void wait_begin(const char* what) override { wait_.emplace(*watchdog_, what); }
   void wait_end() override { wait_.reset(); }
 

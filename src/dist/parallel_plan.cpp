@@ -19,7 +19,7 @@ ParallelPlan::ParallelPlan(const Config& cfg, Communicator& world, Backend& be)
   const ParallelConfig& par = cfg.parallel;
   ECO_ASSERT(world_.world() == par.world(), "a plan of {} ranks over a world of {}", par.world(),
              world_.world());
-  if (world_.world() > 1) world_.set_timeout(par.timeout_s);
+  if (world_.world() > 1) world_.set_timeouts(par.timeout_s, par.phase_timeout_s);
   experts_ = expert_placement(par.dp, par.ep, world_.rank(), par.ep_row_factor,
                               cfg.train.grad_accum);
   if (experts_.enabled()) {  // the groups of world = dp x ep, rank r = d ep + e
@@ -320,6 +320,10 @@ bool ParallelPlan::any_rank(bool mine) {
 
 void ParallelPlan::broadcast_from_lead(void* data, int64_t bytes) {
   if (world() > 1) world_.broadcast(data, bytes, 0);
+}
+
+void ParallelPlan::wait_for_every_rank() {
+  if (world_.world() > 1) world_.barrier();
 }
 
 void ParallelPlan::gather_to_lead(void* buf, const std::vector<int64_t>& byte_bounds) {

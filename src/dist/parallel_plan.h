@@ -105,6 +105,8 @@ class ParallelPlan {
   bool any_rank(bool mine);
   // `bytes` of data from rank 0 to every rank.
   void broadcast_from_lead(void* data, int64_t bytes);
+  // Returns when every rank has called it (a barrier).
+  void wait_for_every_rank();
   // Every rank's byte range of buf (bounds: world + 1 offsets) reaches rank 0, in place.
   void gather_to_lead(void* buf, const std::vector<int64_t>& byte_bounds);
 

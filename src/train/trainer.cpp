@@ -13,6 +13,7 @@
 
 #include "core/config_reader.h"
 #include "base/error.h"
+#include "core/test_faults.h"
 #include "hf/hf_import.h"
 #include "train/evaluator.h"
 #include "train/memory_check.h"
@@ -35,12 +36,16 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   if (ctx_.world < 1 || ctx_.rank < 0 || ctx_.rank >= ctx_.world)
     runtime_error("run context: rank {} is not a rank of a run of {}", ctx_.rank, ctx_.world);
   const ParallelConfig& par = cfg_.parallel;
-  if (comm_->world() != par.world())
-    usage_error("{}: key 'parallel.dp' is {} (x parallel.ep {}), but {} process{} started: launch "
-                "{} (mpirun -np {}) or set parallel.dp: {}",
-                cfg_.source_path, par.dp, par.ep, comm_->world(),
-                comm_->world() == 1 ? " was" : "es were", par.world(), par.world(),
-                comm_->world());
+  if (const int w = comm_->world(); w != par.world()) {
+    // A change of one key that makes dp x ep the world, where there is one.
+    const std::string fix = w % par.ep == 0   ? fmt::format("set parallel.dp: {}", w / par.ep)
+                            : w % par.dp == 0 ? fmt::format("set parallel.ep: {}", w / par.dp)
+                                              : fmt::format("make parallel.dp x parallel.ep {}", w);
+    usage_error("{}: parallel.dp {} x parallel.ep {} = {} rank{}, but the world has {} (launch "
+                "{}: mpirun -np {}, or {})",
+                cfg_.source_path, par.dp, par.ep, par.world(), par.world() == 1 ? "" : "s", w,
+                par.world(), par.world(), fix);
+  }
   if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
   // Before any allocation: a model that cannot fit is refused at once, not after minutes of
   // zeroing memory.
@@ -77,11 +82,13 @@ Trainer::~Trainer() = default;
 
 double Trainer::evaluate() {
   if (!val_data_) return std::nan("");
+  const Communicator::PhaseGuard phase(*comm_, RunPhase::Eval);
   return mean_val_loss(*model_, *val_data_, cfg_.train.batch_size, cfg_.model.seq_len,
                        cfg_.train.eval_batches, /*stop_early=*/cfg_.parallel.ep == 1);
 }
 
 std::string Trainer::sample(int n_tokens, uint64_t seed) {
+  const Communicator::PhaseGuard phase(*comm_, RunPhase::Sample);
   // Prompt: the first token of the first validation (or training) window.
   std::vector<int32_t> in(inputs_.size()), tgt(in.size());
   (val_data_ ? *val_data_ : *train_data_).batch(0, in.data(), tgt.data());
@@ -92,6 +99,8 @@ std::string Trainer::sample(int n_tokens, uint64_t seed) {
 void Trainer::save(int64_t step, Progress& p) {
   // Only the writing rank (0) copies the state off the device; under ZeRO-1 every rank sends it
   // its rows of the moments. Rank 0's verdict on the state (finite or not) reaches every rank.
+  // The others wait for it under parallel.phase_timeout_s.
+  const Communicator::PhaseGuard phase(*comm_, RunPhase::Checkpoint);
   int32_t diverged = 0;
   if (run_dir_.writes() || opt_->sharded() || plan_->experts().enabled()) {
     const NamedTensors tensors = persistent_tensors(*model_, *opt_);
@@ -105,6 +114,7 @@ void Trainer::save(int64_t step, Progress& p) {
         diverged = 1;
       } else {
         st.loss_spikes = spikes_.state();
+        slow_checkpoint_for_test();
         const std::string path = run_dir_.save_checkpoint(st, cfg_.train.keep_checkpoints);
         log_.info("checkpoint {} written", path);
       }
@@ -569,7 +579,13 @@ int Trainer::run(const RunOptions& opts) {
     log_.warn("removed {}/{}, left by a write that was killed", run_dir_.path(), name);
   const StopSignals stop;  // from here on, SIGINT / SIGTERM stop the run at a checkpoint
   Progress p;
-  start_or_resume(opts, p);
+  {
+    // Every rank reads the checkpoint or model.init_from: the faster ones wait for the others
+    // here, under parallel.phase_timeout_s, rather than in the first step.
+    const Communicator::PhaseGuard phase(*comm_, RunPhase::Load);
+    start_or_resume(opts, p);
+    plan_->wait_for_every_rank();
+  }
   if (p.resumed && p.start == cfg_.total_steps() && finished_run_intact(p)) return 0;
   run_dir_.write_resolved_config(to_yaml(cfg_));
   log_.open_metrics(run_dir_.path(), p.resumed, p.start);

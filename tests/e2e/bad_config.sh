@@ -31,6 +31,17 @@ bad 2 "'train.sample_temperature'" -- good.yaml --set train.sample_temperature=.
 bad 2 "'train.spike_factor'" -- good.yaml --set train.spike_factor=.nan
 bad 2 "lr x weight_decay" -- good.yaml --set optim.lr=5 --set optim.weight_decay=1
 
+# -- the world and the experts: the message names dp x ep, the world and one fix -------------
+moe=(--set model.moe.n_experts=4 --set model.moe.expert_hidden=32)
+bad 2 "parallel.dp 1 x parallel.ep 2 = 2 ranks, but the world has 1 (launch 2: mpirun -np 2, or set parallel.ep: 1)" -- good.yaml "${moe[@]}" --set parallel.ep=2
+bad 2 "parallel.dp 2 x parallel.ep 1 = 2 ranks, but the world has 1 (launch 2: mpirun -np 2, or set parallel.dp: 1)" -- good.yaml --set parallel.dp=2
+bad 2 "'model.moe.n_experts': must be >= 1, got -1 (0, or no model.moe: a dense model)" -- good.yaml --set model.moe.n_experts=-1
+# model.moe.n_experts: 0 is the dense model (the section's other keys unread), as docs/configs.md says.
+timeout 60 "$ECO_TRAIN" good.yaml "${moe[@]}" --set model.moe.n_experts=0 --set train.max_steps=2 \
+  --set train.out_dir="$WORK/dense0" >dense0.log 2>&1 || { cat dense0.log; fail "n_experts: 0 did not train"; }
+grep -q "moe" "$WORK/dense0/config.resolved.yaml" && fail "n_experts: 0 trained a MoE: $(cat "$WORK/dense0/config.resolved.yaml")"
+echo "ok: model.moe.n_experts: 0 trains the dense model"
+
 # -- config files that are not one small regular file ----------------------------------------
 mkfifo fifo.yaml
 bad 2 "fifo.yaml: not a regular file (a FIFO)" -- fifo.yaml

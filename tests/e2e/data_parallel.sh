@@ -98,7 +98,8 @@ echo "ok: resumed 2 ranks -> 1 and 1 -> 2 byte for byte; 2 micro-batches -> 1 re
 rc=0
 out=$("${MPI[@]}" -np 2 "$ECO_TRAIN" cfg.yaml "${common[@]}" 2>&1 >/dev/null) || rc=$?
 [ "$rc" != 0 ] || fail "a world of 2 with parallel.dp 1 trained"
-grep -q "parallel.dp' is 1.*2 processes were started" <<<"$out" || fail "no parallel.dp error: $out"
+grep -q "parallel.dp 1 x parallel.ep 1 = 1 rank, but the world has 2 (launch 1: mpirun -np 1, or set parallel.dp: 2)" <<<"$out" ||
+  fail "no parallel.dp error: $out"
 echo "ok: world 2 with parallel.dp 1 refused (exit $rc)"
 # Ranks with different configs (MPMD: rank 1 overrides the lr).
 rc=0

@@ -440,6 +440,10 @@ TEST(ConfigParallel, RefusesWhatIsNotBuiltOrOutOfRange) {
   expect_config_error(base_yaml("parallel: {timeout_s: -1}\n"),
                       {kOrigin, "parallel.timeout_s", "0 (wait forever)"});
   expect_config_error(base_yaml("parallel: {timeout_s: .nan}\n"), {kOrigin, "parallel.timeout_s"});
+  expect_config_error(base_yaml("parallel: {phase_timeout_s: -1}\n"),
+                      {kOrigin, "parallel.phase_timeout_s", "0 (wait forever)"});
+  expect_config_error(base_yaml("parallel: {phase_timeout_s: 1e8}\n"),
+                      {kOrigin, "parallel.phase_timeout_s"});
   expect_config_error(base_yaml("parallel: {overlap: sometimes}\n"),
                       {kOrigin, "parallel.overlap", "true or false"});
 }

@@ -30,7 +30,8 @@ data: {source: synthetic}
 optim: {name: sgdm, lr: 0.003, warmup_start_lr: 1.0e-5, state_dtype: bf16, schedule: constant}
 train: {max_steps: 10, spike_factor: 3.5, spike_window: 7}
 precision: {treatment: fp8-eco-sr, quantize: experts}
-parallel: {dp: 2, ep: 2, zero: 1, timeout_s: 30, ep_row_factor: 1.5, overlap: true}
+parallel: {dp: 2, ep: 2, zero: 1, timeout_s: 30, phase_timeout_s: 7200, ep_row_factor: 1.5,
+           overlap: true}
 )";
 
 Config parse(const std::string& yaml) { return parse_config(yaml, "cfg.yaml"); }
@@ -206,6 +207,7 @@ parallel:
   ep: 2
   zero: 1
   timeout_s: 30
+  phase_timeout_s: 7200
   ep_row_factor: 1.5
   overlap: true
 device: cpu

@@ -41,6 +41,16 @@ TEST(MoeConfig, NoSectionIsADenseModel) {
   EXPECT_EQ(eco::to_yaml(c).find("moe"), std::string::npos);
 }
 
+TEST(MoeConfig, ZeroExpertsIsADenseModelWhateverTheOtherKeys) {
+  const eco::Config c = parse(moe_yaml(", n_experts: 0, top_k: 9, router: sigmoid_bias"));
+  EXPECT_FALSE(c.model.moe.enabled());
+  EXPECT_EQ(eco::to_yaml(c).find("moe"), std::string::npos);
+  const eco::Config dense =
+      eco::parse_config("model: {n_layer: 4}\ndata: {source: synthetic}\ntrain: {max_steps: 10}\n",
+                        "dense.yaml");
+  EXPECT_EQ(eco::to_yaml(c), eco::to_yaml(dense));
+}
+
 TEST(MoeConfig, DefaultsAreDroplessTopkSoftmaxWithAuxAndZLoss) {
   const eco::MoeConfig m = parse(moe_yaml("")).model.moe;
   EXPECT_EQ(m.n_experts, 8);
@@ -73,7 +83,7 @@ TEST(MoeConfig, CapacityIsTheCeilingOfTokensTimesKOverExpertsTimesTheFactor) {
 }
 
 TEST(MoeConfig, BadValuesAreRefusedNamingTheKey) {
-  expect_moe_error(moe_yaml(", n_experts: 0"), {"moe.yaml", "model.moe.n_experts", ">= 1"});
+  expect_moe_error(moe_yaml(", n_experts: -1"), {"moe.yaml", "model.moe.n_experts", ">= 1"});
   expect_moe_error(moe_yaml(", top_k: 9"), {"model.moe.top_k", "[1, n_experts = 8]"});
   expect_moe_error(moe_yaml(", top_k: 0"), {"model.moe.top_k"});
   expect_moe_error(moe_yaml(", expert_hidden: 0"), {"model.moe.expert_hidden", ">= 1"});
