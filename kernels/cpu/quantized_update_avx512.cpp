@@ -1,6 +1,13 @@
 // The vector quantized update on AVX-512 (F, BW, DQ, VL): 16 fp32 lanes; the lane code is
 // quantized_update_lanes.h, compiled here for AVX-512 only (the target pragma below comes after
 // every shared header, so their inline functions keep the build's own target).
+// GCC 12's intrinsics seed results with _mm512_undefined_*() (a self-initialised variable), which
+// -Wuninitialized (at -O1) and -Wmaybe-uninitialized (at -O2 and above) report as a read of an
+// uninitialised value: a false positive inside the compiler's own headers.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>
@@ -15,9 +22,6 @@
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))), \
                              apply_to = function)
 #else
-// GCC 12's intrinsics seed results with _mm512_undefined_*(), which -Wmaybe-uninitialized reads
-// as an uninitialised variable (a false positive, inside the compiler's own headers).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl")
 #endif
