@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (fix_core) eco::cpu::ensure_blas_core(argv);
+  if (fix_core) eco::cpu::ensure_cpu_runtime(argv);
   // 2048^3, then GPT-2 124M at 256 rows (B 4 x T 64): qkv, MLP down projection, LM head.
   if (shapes.empty()) shapes = {{2048, 2048, 2048}, {256, 2304, 768}, {256, 768, 3072}, {256, 50304, 768}};
   omp_set_num_threads(threads);

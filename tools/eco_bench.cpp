@@ -16,9 +16,11 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/cpu_share.h"
 #include "base/error.h"
 #include "core/rng.h"
 #include "kernels/cpu/blas_runtime.h"
+#include "kernels/cpu/thread_runtime.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 #include "base/treatment.h"
@@ -65,7 +67,11 @@ int run(int argc, char** argv) {
   }
   if (path.empty()) eco::usage_error("usage: eco-bench CONFIG.yaml [--set k=v]... [--steps N]");
   const eco::Config cfg = eco::load_config(path, overrides);
-  if (cfg.train.threads > 0) omp_set_num_threads(cfg.train.threads);
+  std::string auto_note;
+  if (cfg.train.threads == eco::TrainConfig::kThreadsAuto)
+    omp_set_num_threads(eco::measure_auto_threads(1, 0.2, &auto_note));
+  else if (cfg.train.threads > 0)
+    omp_set_num_threads(cfg.train.threads);
   const auto& m = cfg.model;
   const int B = cfg.train.batch_size, T = m.seq_len;
   auto be = eco::make_backend(cfg.device);
@@ -82,7 +88,11 @@ int run(int argc, char** argv) {
               path.c_str(), eco::enum_name(m.family), m.n_layer, m.d_model, m.n_head, m.vocab_size, B, T,
               (long long)model.table().total, (long long)model.table().active, be->name().c_str(),
               cfg.precision.treatment.name.c_str(), omp_get_max_threads());
-  if (cfg.device != eco::Device::Cuda) std::printf("BLAS: %s\n", eco::cpu::blas_summary_line().c_str());
+  if (cfg.device != eco::Device::Cuda) {
+    std::printf("BLAS: %s\n", eco::cpu::blas_summary_line().c_str());
+    std::printf("OpenMP waits: %s\n", eco::cpu::omp_wait_summary_line().c_str());
+    if (!auto_note.empty()) std::printf("threads: auto: %s\n", auto_note.c_str());
+  }
   std::vector<double> ms;
   for (int s = 0; s < warmup + steps; ++s) {
     const auto t0 = clock_type::now();
@@ -137,7 +147,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  eco::cpu::ensure_blas_core(argv);  // may re-exec with OPENBLAS_CORETYPE set: before all else
+  eco::cpu::ensure_cpu_runtime(argv);  // may re-exec (BLAS core, OpenMP wait): before all else
   try {
     return run(argc, argv);
   } catch (const eco::Error& e) {

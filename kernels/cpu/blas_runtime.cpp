@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/thread_runtime.h"
+
 namespace eco::cpu {
 namespace {
 
@@ -135,20 +137,28 @@ BlasInfo blas_info() {
   return info;
 }
 
-void ensure_blas_core(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv(kMarker)) return;  // user's choice, or done
+void ensure_cpu_runtime(char** argv) {
   // ECO_BLAS_PRETEND_CORE stands in for the core OpenBLAS reports, so that a test can walk the
   // re-exec path on a machine OpenBLAS identifies correctly (tests/e2e/blas_line.sh).
-  const char* pretend = std::getenv("ECO_BLAS_PRETEND_CORE");
-  const std::string reported = pretend ? pretend : openblas_get_corename();
-  const std::string fix = corrected_openblas_core(detect_cpu_features(), reported);
-  if (fix.empty()) return;
-  setenv("OPENBLAS_CORETYPE", fix.c_str(), 1);
-  setenv(kMarker, reported.c_str(), 1);
+  std::string fix, reported;
+  if (!std::getenv("OPENBLAS_CORETYPE") && !std::getenv(kMarker)) {  // not the user's, not done
+    const char* pretend = std::getenv("ECO_BLAS_PRETEND_CORE");
+    reported = pretend ? pretend : openblas_get_corename();
+    fix = corrected_openblas_core(detect_cpu_features(), reported);
+  }
+  if (!fix.empty()) {
+    setenv("OPENBLAS_CORETYPE", fix.c_str(), 1);
+    setenv(kMarker, reported.c_str(), 1);
+  }
+  const bool wait = set_default_omp_wait();
+  if (fix.empty() && !wait) return;
   std::fflush(nullptr);
   execv("/proc/self/exe", argv);
-  // Still here: exec failed. Run on, with the slow core, and say how to fix it by hand.
-  unsetenv("OPENBLAS_CORETYPE");
+  // Still here: exec failed. Run on with what the loaded libraries picked, and say how to fix it
+  // by hand.
+  unset_default_omp_wait();
+  if (fix.empty()) return;
+  unsetenv("OPENBLAS_CORETYPE");  // the marker stays: no child process tries again
   std::fprintf(stderr,
                "warning: OpenBLAS runs the %s kernels on a CPU that has wider ones and the "
                "re-exec to correct it failed; set OPENBLAS_CORETYPE=%s for full speed\n",

@@ -1,5 +1,6 @@
-// Which BLAS the CPU kernels run on, and a start-up fix for OpenBLAS builds that mis-identify
-// a newer CPU (Debian's 0.3.21 takes some Intel cores for "Prescott" and runs sgemm ~8x slow).
+// Which BLAS the CPU kernels run on, and the start-up fixes applied before it loads: OpenBLAS
+// builds that mis-identify a newer CPU (Debian's 0.3.21 takes some Intel cores for "Prescott" and
+// runs sgemm ~8x slow), and the OpenMP wait default (thread_runtime.h).
 #pragma once
 #include <string>
 #include <string_view>
@@ -35,11 +36,13 @@ struct BlasInfo {
 };
 BlasInfo blas_info();
 
-// Call first thing in main(). When the loaded OpenBLAS picked a core that corrected_openblas_core
-// replaces and the user did not set OPENBLAS_CORETYPE, sets it and re-executes /proc/self/exe with
-// the same argv (OpenBLAS reads the variable only while loading). Runs at most once per process
-// tree (a marker variable guards the loop); if exec fails the program goes on, slow, and says so.
-void ensure_blas_core(char** argv);
+// Call first thing in main(). Sets what the loaded libraries read only while loading, then
+// re-executes /proc/self/exe with the same argv, at most once: OPENBLAS_CORETYPE when OpenBLAS
+// picked a core that corrected_openblas_core replaces and the user did not set it, and the OpenMP
+// wait default (thread_runtime.h's set_default_omp_wait). Each is skipped once set, so the new
+// image runs on; if exec fails the program goes on with what the libraries picked, and says so
+// when that is the slow BLAS core.
+void ensure_cpu_runtime(char** argv);
 
 // One line for start-up logs: "OpenBLAS 0.3.21 (OpenMP), core Haswell (corrected from
 // Prescott: OPENBLAS_CORETYPE=Haswell), 2 threads".

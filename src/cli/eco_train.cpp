@@ -20,6 +20,7 @@
 #include "hf/hf_export.h"
 #include "hf/hf_import.h"
 #include "kernels/cpu/blas_runtime.h"
+#include "kernels/cpu/thread_runtime.h"
 #include "train/checkpoint.h"
 #include "train/memory_check.h"
 #include "train/trainer.h"
@@ -207,7 +208,8 @@ int run(int argc, char** argv, eco::Communicator& comm) {
     eco::check_init_from(cfg);
     eco::check_hf_import(cfg.model.init_from, cfg.model);
   }
-  spdlog::info("BLAS: {}", eco::cpu::blas_summary_line());
+  spdlog::info("BLAS: {}; OpenMP waits: {}", eco::cpu::blas_summary_line(),
+               eco::cpu::omp_wait_summary_line());
   eco::Trainer trainer(cfg, eco::RunContext{comm.rank(), comm.world()}, &comm);
   return trainer.run(opts);
 }
@@ -215,7 +217,7 @@ int run(int argc, char** argv, eco::Communicator& comm) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  eco::cpu::ensure_blas_core(argv);  // may re-exec with OPENBLAS_CORETYPE set: before all else
+  eco::cpu::ensure_cpu_runtime(argv);  // may re-exec (BLAS core, OpenMP wait): before all else
   spdlog::set_pattern("[%H:%M:%S] %^%v%$");
   std::unique_ptr<eco::Communicator> comm;
   int code = 0;

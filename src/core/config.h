@@ -174,7 +174,10 @@ struct TrainConfig {
   double sample_temperature = 1.0;
   uint64_t seed = 1337;
   std::string out_dir = "runs/default";
-  int threads = 0;                // 0 = all cores
+  // CPU threads: 0 = all cores; kThreadsAuto ("auto") = the cores other processes leave free,
+  // measured at the start of the run (kernels/cpu/thread_runtime.h).
+  static constexpr int kThreadsAuto = -1;
+  int threads = 0;
   bool profile = false;           // per-operation ms/step breakdown (CUDA backend)
   // Loss-spike detector (train/loss_spike.h): a step whose loss exceeds spike_factor x (and 1
   // nat above) the lowest median of spike_window consecutive losses seen so far stops the run as

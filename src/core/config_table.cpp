@@ -2,6 +2,7 @@
 // key; checks that span keys follow the read in config.cpp.
 #include "core/config_table.h"
 
+#include <charconv>
 #include <cmath>
 #include <thread>
 
@@ -53,6 +54,39 @@ Key<PrecisionConfig> treatment_key() {
   k.write = [](YAML::Emitter& e, const PrecisionConfig& p) { e << p.treatment.name; };
   k.text = [](const PrecisionConfig& p) { return p.treatment.name; };
   k.resume = Resume::Shape;
+  return k;
+}
+
+// train.threads: a count, or "auto".
+Key<TrainConfig> threads_key() {
+  using T = TrainConfig;
+  Key<T> k;
+  k.name = "threads";
+  k.read = [](SectionReader& r, T& t, const std::string& origin) {
+    if (!r.has("threads")) return r.get("threads", t.threads);  // consumed; the default stays
+    std::string text = t.threads == T::kThreadsAuto ? "auto" : std::to_string(t.threads);
+    r.get("threads", text);
+    if (text == "auto") {
+      t.threads = T::kThreadsAuto;
+      return;
+    }
+    int64_t n = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec != std::errc() || end != text.data() + text.size() || n < 0 ||
+        n > L::kThreadsPerCore * machine_cores())
+      usage_error("{}: key 'train.threads': expected a number of threads in [0, {}] (0 = all "
+                  "cores; at most 4 x this machine's cores) or 'auto' (the cores other processes "
+                  "leave free), got '{}'",
+                  origin, L::kThreadsPerCore * machine_cores(), clip_for_message(text));
+    t.threads = int(n);
+  };
+  k.write = [](YAML::Emitter& e, const T& t) {
+    if (t.threads == T::kThreadsAuto) e << "auto";
+    else e << t.threads;
+  };
+  k.text = [](const T& t) {
+    return t.threads == T::kThreadsAuto ? std::string("auto") : std::to_string(t.threads);
+  };
   return k;
 }
 
@@ -193,9 +227,7 @@ const Section<TrainConfig>& train_section() {
           key("out_dir", &T::out_dir).check([](const T& t) {
             return t.out_dir.empty() ? "must not be empty" : "";
           }),
-          key("threads", &T::threads)
-              .range(0, L::kThreadsPerCore * machine_cores(),
-                     " (0 = all cores; at most 4 x this machine's cores)"),
+          threads_key(),
           key("profile", &T::profile),
           key("spike_factor", &T::spike_factor)
               .must([](const double& v) { return v == 0 || (v > 1 && v <= 1e6); },

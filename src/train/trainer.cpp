@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "core/config_reader.h"
+#include "core/cpu_share.h"
 #include "base/error.h"
 #include "core/test_faults.h"
 #include "hf/hf_import.h"
@@ -46,7 +47,13 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
                 cfg_.source_path, par.dp, par.ep, par.world(), par.world() == 1 ? "" : "s", w,
                 par.world(), par.world(), fix);
   }
-  if (cfg_.train.threads > 0) omp_set_num_threads(cfg_.train.threads);
+  if (cfg_.train.threads == TrainConfig::kThreadsAuto) {
+    std::string why;
+    omp_set_num_threads(measure_auto_threads(local_rank_count(), 0.2, &why));
+    log_.info("threads: auto: {}", why);
+  } else if (cfg_.train.threads > 0) {
+    omp_set_num_threads(cfg_.train.threads);
+  }
   // Before any allocation: a model that cannot fit is refused at once, not after minutes of
   // zeroing memory.
   require_device_runs_model(cfg_);

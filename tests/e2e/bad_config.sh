@@ -10,7 +10,8 @@ tiny_config >good.yaml
 bad() { expect_error "$1" "$2" -- timeout 20 "$ECO_TRAIN" "${@:4}"; }
 
 # -- integers: bounded, the limit named ------------------------------------------------------
-bad 2 "'train.threads': must be in [0, " -- good.yaml --set train.threads=1000000
+bad 2 "'train.threads': expected a number of threads in [0, " -- good.yaml --set train.threads=1000000
+bad 2 "'train.threads': expected a number of threads in [0, " -- good.yaml --set train.threads=half
 bad 2 "'model.d_model': must be in [1, 1048576], got 600000000" -- good.yaml --set model.d_model=600000000 --plan
 bad 2 "'model.n_layer': must be in [1, 4096], got 1000000000" -- good.yaml --set model.n_layer=1000000000
 bad 2 "'model.n_layer' must be an integer in [" -- good.yaml --set model.n_layer=3000000000

@@ -68,6 +68,17 @@ TEST(ConfigLimits, ThreadsUpToFourTimesTheCoresAreAccepted) {
   EXPECT_EQ(c.train.threads, 4 * cores);
 }
 
+TEST(ConfigLimits, ThreadsAutoIsReadAndWrittenAsAuto) {
+  const Config c = eco::parse_config(kBase, kOrigin, {"train.threads=auto"});
+  EXPECT_EQ(c.train.threads, eco::TrainConfig::kThreadsAuto);
+  const std::string yaml = eco::to_yaml(c);
+  EXPECT_NE(yaml.find("threads: auto"), std::string::npos) << yaml;
+  EXPECT_EQ(eco::parse_config(yaml, kOrigin, {}).train.threads, eco::TrainConfig::kThreadsAuto);
+  for (const char* bad : {"train.threads=-1", "train.threads=Auto", "train.threads=2.5",
+                          "train.threads=2x"})
+    expect_refused({bad}, {"train.threads", "'auto'", std::string(bad).substr(14)});
+}
+
 TEST(ConfigLimits, TheLargestDModelKeepsTheDerivedMlpWidthExact) {
   // 4 d and 8 d / 3 are computed in 64 bits: no overflow at the bound.
   const Config g = eco::parse_config(kBase, kOrigin, {"model.d_model=1048576", "model.n_head=1"});
