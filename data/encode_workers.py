@@ -93,6 +93,10 @@ _worker_tok = None
 _worker_error = None
 
 
+_WORKER_DIED = ("a --workers process ended without its result (killed by a signal, or out of "
+                "memory)")
+
+
 def _init_worker(spec, parent):
     global _worker_tok, _worker_error
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -157,7 +161,10 @@ class Encoder:
     def submit(self, batch, tag):
         running = sum(not entry.done() for _, entry in self.pending)
         if self.pool is not None and running < self.running_limit:
-            entry = self.pool.submit(_encode_in_worker, batch, self.dtype)
+            try:
+                entry = self.pool.submit(_encode_in_worker, batch, self.dtype)
+            except BrokenProcessPool:  # a worker died after the last result was read
+                raise WorkerDied(_WORKER_DIED) from None
         else:
             entry = _Encoded(lambda: encode_pieces(self.tok, batch, self.dtype))
         self.pending.append((tag, entry))
@@ -185,5 +192,4 @@ class Encoder:
             e.tag = tag
             raise
         except BrokenProcessPool:
-            raise WorkerDied("a --workers process ended without its result (killed by a signal, or "
-                             "out of memory)") from None
+            raise WorkerDied(_WORKER_DIED) from None

@@ -104,15 +104,6 @@ CpuShare::Result CpuShare::measure(double min_window_s) {
   return r;
 }
 
-int local_rank_count() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
-    if (const char* v = std::getenv(name)) {
-      const int n = std::atoi(v);
-      if (n >= 1) return n;
-    }
-  return 1;
-}
-
 int measure_auto_threads(int local_ranks, double window_s, std::string* why) {
   CpuShare share;
   share.start();

@@ -26,14 +26,10 @@ int auto_thread_count(int allowed, double busy_elsewhere);
 
 // The thread count for train.threads: auto, measured now over `window_s` (the call sleeps that
 // long): auto_thread_count of the cores other processes leave free, shared out among the
-// `local_ranks` processes of one run on this machine (a run's own ranks measure at the same time,
-// so none sees the others busy yet). `why` gets the figures for the log: "1 of 2 cores: 1.9 busy
-// with other processes over 0.20 s".
+// `local_ranks` processes of one run on this machine (dist/communicator.h's local_ranks(); a
+// run's own ranks measure at the same time, so none sees the others busy yet). `why` gets the
+// figures for the log: "1 of 2 cores: 1.9 busy with other processes over 0.20 s".
 int measure_auto_threads(int local_ranks, double window_s, std::string* why);
-
-// The processes of this run on this machine, as the MPI launcher says (OMPI_COMM_WORLD_LOCAL_SIZE,
-// MPI_LOCALNRANKS), else 1.
-int local_rank_count();
 
 // How many of this process's allowed cores other processes keep busy: the machine's busy time on
 // those CPUs less this process's own CPU time, between start() and measure().

@@ -49,7 +49,7 @@ Trainer::Trainer(const Config& cfg, RunContext ctx, Communicator* comm)
   }
   if (cfg_.train.threads == TrainConfig::kThreadsAuto) {
     std::string why;
-    omp_set_num_threads(measure_auto_threads(local_rank_count(), 0.2, &why));
+    omp_set_num_threads(measure_auto_threads(local_ranks(), 0.2, &why));
     log_.info("threads: auto: {}", why);
   } else if (cfg_.train.threads > 0) {
     omp_set_num_threads(cfg_.train.threads);

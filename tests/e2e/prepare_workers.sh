@@ -115,4 +115,36 @@ for _ in $(seq 50); do
 done
 [ -z "$left" ] || fail "worker processes left behind:$left"
 echo "ok: a killed worker: exit 1 after $(( $(date +%s) - start )) s: $(cat killed.err)"
+# The same death seen at a submission rather than a result (the pool already broken when the next
+# batch is handed over) is the same one line: WorkerDied, not a BrokenProcessPool traceback.
+cat >submit_race.py <<'PY'
+import os, signal, time
+import tokenizer_backends as tb
+from encode_workers import Encoder, WorkerDied
+def main():
+    enc = Encoder(tb.BytesTokenizer(), "uint16", 2)
+    enc.submit([("warm-up", "\n", "train")], 0)
+    enc.finish()
+    for pid in list(enc.pool._processes):
+        os.kill(pid, signal.SIGKILL)
+    for _ in range(200):
+        if enc.pool._broken:
+            break
+        time.sleep(0.05)
+    assert enc.pool._broken, "the pool never noticed its dead worker"
+    try:
+        enc.submit([("after", "\n", "train")], 1)
+        enc.finish()
+    except WorkerDied as e:
+        print("ok: a worker dead before a submission:", e)
+    else:
+        raise SystemExit("no WorkerDied")
+    finally:
+        enc.close()
+
+
+if __name__ == "__main__":
+    main()
+PY
+PYTHONPATH="$SRC/data" python3 submit_race.py || fail "a worker dead before a submission is not WorkerDied"
 echo "prepare_workers: ok"
