@@ -19,6 +19,7 @@
 #include "kernels/cpu/host_op_timer.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/moe.h"
+#include "kernels/cpu/plain_update.h"
 #include "kernels/cpu/quantized_update.h"
 #include "kernels/cpu/quantize.h"
 #include "base/backend.h"
@@ -300,7 +301,7 @@ class CpuBackend : public Backend {
   }
 
   // Each tensor's elements in parallel (the plain step is element-wise: any order, the same
-  // bits), in the backend's precision T.
+  // bits), in the backend's precision T (plain_update.h: fp32 on the vector lanes).
   void plain_update(const std::vector<PlainUpdate>& ts, const RuleStep& step) override {
     ECO_CPU_OP("plain_update");
     for (const PlainUpdate& t : ts)
@@ -314,11 +315,7 @@ class CpuBackend : public Backend {
         T* m = p(t.m);
         T* v = Rule::kHasV ? p(t.v) : nullptr;
         ECO_ASSERT(!Rule::kHasV || v, "plain update of {} elements without v", t.n);
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < t.n; ++i) {
-          T no_v = 0;
-          w[i] = rule.step(w[i], g[i], m[i], Rule::kHasV ? v[i] : no_v);
-        }
+        plain_update_tensor(rule, w, g, m, v, t.n);
       });
   }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/math/format_quantizer.h"
+#include "kernels/cpu/quantized_update_simd.h"
 
 namespace eco {
 namespace {
@@ -72,11 +73,34 @@ void quantize(const float* x, QTensor& q, Rounding rounding, uint64_t seed, uint
   }
 }
 
+// E4M3 and INT4 on the vector lanes (cpu_simd::active_isa()), one row at a time, each run of
+// columns that shares a scale (the whole row, or a 128-column tile) split as the lanes take it:
+// an INT4 run's odd first element and the tail through the scalar codec. Other formats, and the
+// scalar path (the reference), element by element.
 void dequantize(const QTensor& q, float* out) {
   check_qtensor_layout(q);
   const int64_t rows = q.rows, cols = q.cols, n = q.numel();
   const float* scales = q.scales.as<float>();
   const uint8_t* codes = q.codes.as<uint8_t>();
+  const cpu_simd::Isa isa = cpu_simd::active_isa();
+  if (isa != cpu_simd::Isa::Scalar && (q.format == QFormat::E4M3 || q.format == QFormat::INT4)) {
+    const int64_t width = cpu_simd::isa_lanes(isa);
+    const int64_t run = q.granularity == Granularity::Block128 ? kScaleBlock : cols;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c0 = 0; c0 < cols; c0 += run) {
+        const float scale = scales[scale_index(q.granularity, rows, cols, r, c0)];
+        const int64_t i0 = r * cols + c0, i1 = r * cols + std::min(c0 + run, cols);
+        const int64_t a = q.format == QFormat::INT4 && (i0 & 1) ? i0 + 1 : i0;
+        const int64_t body = a < i1 ? (i1 - a) / width * width : 0;
+        for (int64_t i = i0; i < a && i < i1; ++i)
+          out[i] = dequantize_value(q.format, load_code(q.format, codes, i), scale);
+        if (body > 0) cpu_simd::dequantize(isa, q.format, codes, a, body, scale, out);
+        for (int64_t i = a + body; i < i1; ++i)
+          out[i] = dequantize_value(q.format, load_code(q.format, codes, i), scale);
+      }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = i / cols, c = i % cols;

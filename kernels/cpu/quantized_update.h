@@ -101,10 +101,10 @@ struct LaneUpdate {
       const auto t = rule.terms();
       if constexpr (std::is_same_v<Rule, AdamWRule<float>>)
         lanes_rule = {true, t.grad_scale, t.beta1, t.one_minus_beta1, t.beta2, t.one_minus_beta2,
-                      t.bc1, t.bc2, t.eps, t.lr, t.decay, t.inject, t.injects, t.unbiased};
+                      t.bc1, t.bc2, t.eps, t.lr, t.decay, t.inject, t.injects, t.unbiased, false};
       else
         lanes_rule = {false, t.grad_scale, t.beta, t.one_minus_beta, 0.0f, 0.0f, 1.0f, 1.0f,
-                      0.0f, t.lr, t.decay, t.inject, t.injects, false};
+                      0.0f, t.lr, t.decay, t.inject, t.injects, false, false};
       lanes_buffers = {b.codes, b.master, b.grad, b.m, b.v, std::is_same_v<S, uint16_t>};
     }
   }

@@ -39,6 +39,8 @@ struct V {
   static F set1(float x) { return _mm512_set1_ps(x); }
   static F load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
+  static void stream(float* p, F x) { _mm512_stream_ps(p, x); }  // p 64-byte aligned
+  static void fence() { _mm_sfence(); }
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
   static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
@@ -72,6 +74,8 @@ struct V {
   static M gt_i32(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
   static M lt_u32(I a, I b) { return _mm512_cmplt_epu32_mask(a, b); }
   static M ge_f(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+  static M gt_f(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static M lt_f(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
   static I select(M m, I a, I b) { return _mm512_mask_blend_epi32(m, b, a); }
   static F select(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
   static I add_one_if(M m, I a) { return _mm512_mask_add_epi32(a, m, a, set1i(1)); }
@@ -139,6 +143,14 @@ void pass2(const LaneRule& rule, QFormat format, Rounding rounding, UpdatePolicy
 }
 void sr_bits(const FormatQuantizer& q, uint64_t first, int64_t n, uint32_t* out) {
   lanes_sr_bits(q, first, n, out);
+}
+void plain_step(const LaneRule& rule, float* w, const float* grad, float* m, float* v, int64_t n,
+                bool stream) {
+  lanes_plain_step(rule, w, grad, m, v, n, stream);
+}
+void dequantize(QFormat format, const uint8_t* codes, int64_t i0, int64_t n, float scale,
+                float* out) {
+  lanes_dequantize(format, codes, i0, n, scale, out);
 }
 
 }  // namespace eco::cpu_simd::avx512

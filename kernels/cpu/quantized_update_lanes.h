@@ -1,7 +1,8 @@
-// The lane code of the vector quantized update (quantized_update_simd.h), written once over a
-// lane-ops type V (quantized_update_avx512.cpp, quantized_update_avx2.cpp): each of those files
-// includes it once, after its target pragma, inside an anonymous namespace, so every function
-// here is compiled for that file's instruction set only. No include guard on purpose.
+// The lane code of the vector quantized update, plain step and dequantization
+// (quantized_update_simd.h), written once over a lane-ops type V (quantized_update_avx512.cpp,
+// quantized_update_avx2.cpp): each of those files includes it once, after its target pragma,
+// inside an anonymous namespace, so every function here is compiled for that file's instruction
+// set only. No include guard on purpose.
 //
 // Each function mirrors a scalar one operation for operation (name in its comment): the same
 // fp32 operations in the same order on the same operands, integer tricks only where the scalar
@@ -344,4 +345,74 @@ void lanes_sr_bits(const FormatQuantizer& q, uint64_t first, int64_t n, uint32_t
     const int64_t from = lo > 0 ? lo : 0, to = lo + kWords < n ? lo + kWords : n;
     std::memcpy(out + from, words + (from - lo), size_t(to - from) * sizeof(uint32_t));
   }
+}
+
+// ---- the plain fp32 step (AdamWRule / SgdmRule / SignSgdmRule::step, term for term) ----------
+
+template <bool kStream>
+void store_weight(float* p, typename V::F x) {
+  if constexpr (kStream) V::stream(p, x);
+  else V::store(p, x);
+}
+
+enum class PlainRule { AdamW, Sgdm, SignSgdm };
+
+template <PlainRule kRule, bool kUnbiased, bool kStream>
+void plain_steps(const LaneTerms& t, float* w, const float* grad, float* m, float* v, int64_t n) {
+  using F = typename V::F;
+  constexpr bool kAdamW = kRule == PlainRule::AdamW;
+  for (int64_t i = 0; i < n; i += V::kLanes) {
+    F mi = V::load(m + i), vi = V::zero();
+    if constexpr (kAdamW) vi = V::load(v + i);
+    moments<kAdamW>(t, V::load(grad + i), mi, vi);
+    const F wi = V::load(w + i);
+    F th;
+    if constexpr (kRule == PlainRule::SignSgdm) {
+      // SignSgdmRule::theta: sign(m) is 1, -1, or 0 (for zeros and NaN)
+      const F sign = V::select(V::gt_f(mi, V::zero()), V::set1(1.0f),
+                               V::select(V::lt_f(mi, V::zero()), V::set1(-1.0f), V::zero()));
+      th = V::sub(V::mul(wi, t.decay), V::mul(t.lr, sign));
+    } else {
+      th = theta<kAdamW, kUnbiased>(t, wi, mi, kAdamW ? denom<kUnbiased>(t, vi) : V::zero());
+    }
+    store_weight<kStream>(w + i, th);
+    store_weight<kStream>(m + i, mi);
+    if constexpr (kAdamW) store_weight<kStream>(v + i, vi);
+  }
+  if constexpr (kStream) V::fence();  // the streamed lines before any later load of them
+}
+
+template <PlainRule kRule, bool kUnbiased>
+void plain_steps(const LaneTerms& t, bool stream, float* w, const float* grad, float* m, float* v,
+                 int64_t n) {
+  if (stream) plain_steps<kRule, kUnbiased, true>(t, w, grad, m, v, n);
+  else plain_steps<kRule, kUnbiased, false>(t, w, grad, m, v, n);
+}
+
+void lanes_plain_step(const cpu_simd::LaneRule& rule, float* w, const float* grad, float* m,
+                      float* v, int64_t n, bool stream) {
+  const LaneTerms t(rule);
+  if (rule.adamw) {
+    if (rule.unbiased) plain_steps<PlainRule::AdamW, true>(t, stream, w, grad, m, v, n);
+    else plain_steps<PlainRule::AdamW, false>(t, stream, w, grad, m, v, n);
+  } else if (rule.sign) {
+    plain_steps<PlainRule::SignSgdm, false>(t, stream, w, grad, m, v, n);
+  } else {
+    plain_steps<PlainRule::Sgdm, false>(t, stream, w, grad, m, v, n);
+  }
+}
+
+// ---- dequantize (dequantize_value: decode(code) * scale) -------------------------------------
+
+template <QFormat kFormat>
+void dequantize_lanes(const uint8_t* codes, int64_t i0, int64_t n, float scale, float* out) {
+  const typename V::F s = V::set1(scale);
+  for (int64_t i = i0; i < i0 + n; i += V::kLanes)
+    V::store(out + i, V::mul(decode<kFormat>(load_codes<kFormat>(codes, i)), s));
+}
+
+void lanes_dequantize(QFormat format, const uint8_t* codes, int64_t i0, int64_t n, float scale,
+                      float* out) {
+  if (format == QFormat::INT4) dequantize_lanes<QFormat::INT4>(codes, i0, n, scale, out);
+  else dequantize_lanes<QFormat::E4M3>(codes, i0, n, scale, out);
 }

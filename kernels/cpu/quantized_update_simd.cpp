@@ -18,12 +18,16 @@ float pass1(const LaneRule&, QFormat, UpdatePolicy, const LaneBuffers&, int64_t,
 void pass2(const LaneRule&, QFormat, Rounding, UpdatePolicy, const LaneBuffers&, int64_t, int64_t,
            float, float, const uint32_t*);
 void sr_bits(const FormatQuantizer&, uint64_t, int64_t, uint32_t*);
+void plain_step(const LaneRule&, float*, const float*, float*, float*, int64_t, bool);
+void dequantize(QFormat, const uint8_t*, int64_t, int64_t, float, float*);
 }  // namespace avx512
 namespace avx2 {
 float pass1(const LaneRule&, QFormat, UpdatePolicy, const LaneBuffers&, int64_t, int64_t, float);
 void pass2(const LaneRule&, QFormat, Rounding, UpdatePolicy, const LaneBuffers&, int64_t, int64_t,
            float, float, const uint32_t*);
 void sr_bits(const FormatQuantizer&, uint64_t, int64_t, uint32_t*);
+void plain_step(const LaneRule&, float*, const float*, float*, float*, int64_t, bool);
+void dequantize(QFormat, const uint8_t*, int64_t, int64_t, float, float*);
 }  // namespace avx2
 #endif
 
@@ -117,6 +121,24 @@ void sr_bits(Isa isa, const FormatQuantizer& q, uint64_t first, int64_t n, uint3
   if (isa == Isa::Avx2) return avx2::sr_bits(q, first, n, out);
 #endif
   runtime_error("vector SR draws on the {} path", isa_name(isa));
+}
+
+void plain_step(Isa isa, const LaneRule& rule, float* w, const float* grad, float* m, float* v,
+                int64_t n, bool stream) {
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512) return avx512::plain_step(rule, w, grad, m, v, n, stream);
+  if (isa == Isa::Avx2) return avx2::plain_step(rule, w, grad, m, v, n, stream);
+#endif
+  runtime_error("vector plain step on the {} path", isa_name(isa));
+}
+
+void dequantize(Isa isa, QFormat format, const uint8_t* codes, int64_t i0, int64_t n, float scale,
+                float* out) {
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512) return avx512::dequantize(format, codes, i0, n, scale, out);
+  if (isa == Isa::Avx2) return avx2::dequantize(format, codes, i0, n, scale, out);
+#endif
+  runtime_error("vector dequantize on the {} path", isa_name(isa));
 }
 
 }  // namespace eco::cpu_simd

@@ -4,6 +4,8 @@
 // scalar code's operations in its order (no FMA: the build has -ffp-contract=off; IEEE division
 // and sqrt; the same Philox words per element), so the bytes written are those of the scalar
 // code, which stays the reference (tests/unit/test_quantized_update_simd.cpp).
+// The plain fp32 step of the same rules (and sign SGDM) and the dequantization of E4M3 / INT4 codes
+// run on the same lanes (plain_step, dequantize), likewise reproducing their scalar code.
 // The path is picked at run time from the CPU (cpuid); ECO_CPU_SIMD=scalar|avx2|avx512 forces one.
 // The vector code is compiled for its instruction set function by function, so the binary still
 // runs, on the scalar path, on a CPU without AVX2.
@@ -26,11 +28,12 @@ Isa best_isa();
 Isa active_isa();
 void set_active_isa(Isa isa);
 
-// A rule's step terms for the lanes (AdamWRule::Terms, or SgdmRule::Terms with beta in beta1).
+// A rule's step terms for the lanes (AdamWRule::Terms, or SgdmRule::Terms with beta in beta1;
+// sign: SignSgdmRule, whose terms are its SGDM momentum's).
 struct LaneRule {
   bool adamw;
   float grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, bc1, bc2, eps, lr, decay, inject;
-  bool injects, unbiased;
+  bool injects, unbiased, sign;
 };
 // QuantizedUpdateBuffers with the state type as a flag (m, v: float, or bf16 bits if bf16).
 struct LaneBuffers {
@@ -52,5 +55,15 @@ void pass2(Isa isa, const LaneRule& rule, QFormat format, Rounding rounding, Upd
            const uint32_t* bits);
 // out[j] = q.draw(first + j) for j in [0, n) (SR's words, Philox across lanes); isa not Scalar.
 void sr_bits(Isa isa, const FormatQuantizer& q, uint64_t first, int64_t n, uint32_t* out);
+
+// The plain step w[j] = rule.step(w[j], grad[j], m[j], v[j]) for j in [0, n) (v: AdamW only),
+// n a multiple of isa_lanes(isa), isa not Scalar. stream: w, m and v are written with
+// non-temporal stores (the same bits; each pointer aligned to the vector, 4 * isa_lanes bytes).
+void plain_step(Isa isa, const LaneRule& rule, float* w, const float* grad, float* m, float* v,
+                int64_t n, bool stream);
+// out[i] = dequantize_value(format, code i, scale) for i in [i0, i0 + n): format E4M3 or INT4,
+// n a multiple of isa_lanes(isa), i0 even for INT4, isa not Scalar.
+void dequantize(Isa isa, QFormat format, const uint8_t* codes, int64_t i0, int64_t n, float scale,
+                float* out);
 
 }  // namespace eco::cpu_simd

@@ -238,6 +238,9 @@ class SignSgdmRule {
 
   ECO_HD bool injects() const { return momentum_.injects(); }
 
+  // As SgdmRule::terms: its momentum's (whose lr and decay are theta's too).
+  ECO_HD typename SgdmRule<T>::Terms terms() const { return momentum_.terms(); }
+
  private:
   SgdmRule<T> momentum_;
   T lr_;
