@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "base/error.h"
 #include "base/math/eco_update.h"
@@ -33,6 +34,9 @@ namespace eco {
 // in the same chunks; within a contiguous run of elements (a group's row, a chunk) the lanes take
 // the whole vectors and the scalar code the rest (an INT4 run's odd first element, the tail), the
 // SR words are drawn per run (cpu_simd::sr_bits), and the bytes written are the scalar path's.
+// A row or tile group's pass 2 reads the theta and denom its pass 1 computed (cpu_simd::LaneCarry,
+// the same bits) instead of recomputing them; the per-tensor split, whose passes run far apart,
+// recomputes them.
 
 namespace quantized_update_detail {
 
@@ -116,8 +120,9 @@ struct LaneUpdate {
     body = (i1 - a) / cpu_simd::isa_lanes(isa) * cpu_simd::isa_lanes(isa);
   }
 
-  // Pass 1 of elements [i0, i1): their absmax |theta|. (Only where vector(), as pass2.)
-  float pass1(int64_t i0, int64_t i1, float old_scale) const {
+  // Pass 1 of elements [i0, i1): their absmax |theta|; carry: element i at i - i0 (the lanes'
+  // elements only). (Only where vector(), as pass2.)
+  float pass1(int64_t i0, int64_t i1, float old_scale, const cpu_simd::LaneCarry& carry) const {
     float absmax = 0.0f;
     if constexpr (kTypes) {
       int64_t a, body;
@@ -126,15 +131,18 @@ struct LaneUpdate {
         absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
       if (body > 0)
         absmax = fmaxf(absmax, cpu_simd::pass1(isa, lanes_rule, q.format, policy, lanes_buffers,
-                                               a, body, old_scale));
+                                               a, body, old_scale, carry.at(a - i0)));
       for (int64_t i = a + body; i < i1; ++i)
         absmax = fmaxf(absmax, fabsf(quantized_update_pass1(rule, q, policy, b, i, old_scale)));
     }
     return absmax;
   }
 
-  // Pass 2 of elements [i0, i1), element i drawing as global index i + key.
-  void pass2(int64_t i0, int64_t i1, float old_scale, float new_scale, int64_t key) const {
+  // Pass 2 of elements [i0, i1), element i drawing as global index i + key; carry: pass 1's of the
+  // same [i0, i1). Each tile's lanes are some of pass 1's vectors: they start a multiple of the
+  // lane count (kTile is one) past where pass 1's start and take whole vectors up to i1.
+  void pass2(int64_t i0, int64_t i1, float old_scale, float new_scale, int64_t key,
+             const cpu_simd::LaneCarry& carry) const {
     if constexpr (kTypes) {
       alignas(64) uint32_t bits[kTile];
       for (int64_t t0 = i0; t0 < i1; t0 += kTile) {
@@ -147,22 +155,32 @@ struct LaneUpdate {
           quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, bits[i - t0]);
         if (body > 0)
           cpu_simd::pass2(isa, lanes_rule, q.format, q.rounding, policy, lanes_buffers, a, body,
-                          old_scale, new_scale, bits + (a - t0));
+                          old_scale, new_scale, bits + (a - t0), carry.at(a - i0));
         for (int64_t i = a + body; i < t1; ++i)
           quantized_update_pass2(rule, q, policy, b, i, old_scale, new_scale, bits[i - t0]);
       }
     }
   }
 
-  // quantized_update_group on the lanes, row by row of the span.
+  // quantized_update_group on the lanes, row by row of the span, pass 1's theta and denom carried
+  // to pass 2 in this thread's buffer (two floats per element of the group: it stays in L1/L2).
   void group(const GroupSpan& span, float* scale, int64_t key) const {
+    thread_local std::vector<float> carried;  // grows to the largest group, then stays
+    const int64_t n = span.rows * span.cols;
+    cpu_simd::LaneCarry carry{};
+    if (policy != UpdatePolicy::Master) {
+      if (carried.size() < size_t(2 * n)) carried.resize(size_t(2 * n));
+      carry = {carried.data(), carried.data() + n};
+    }
     const float old_scale = *scale;
     float absmax = 0.0f;
     for (int64_t r = 0; r < span.rows; ++r)
-      absmax = fmaxf(absmax, pass1(span.index(r, 0), span.index(r, 0) + span.cols, old_scale));
+      absmax = fmaxf(absmax, pass1(span.index(r, 0), span.index(r, 0) + span.cols, old_scale,
+                                   carry.at(r * span.cols)));
     const float new_scale = q.scale_for(absmax);
     for (int64_t r = 0; r < span.rows; ++r)
-      pass2(span.index(r, 0), span.index(r, 0) + span.cols, old_scale, new_scale, key);
+      pass2(span.index(r, 0), span.index(r, 0) + span.cols, old_scale, new_scale, key,
+            carry.at(r * span.cols));
     *scale = new_scale;
   }
 };
@@ -185,7 +203,7 @@ TensorScaleSplit quantized_update_tensor_absmax(const Rule& rule, const Q& q, Up
       range.begin * cols, range.end_row(rows) * cols, [] { return 0.0f; },
       [&](float& local, int64_t i0, int64_t i1) {
         if (lanes.vector()) {
-          local = fmaxf(local, lanes.pass1(i0, i1, old_scale));
+          local = fmaxf(local, lanes.pass1(i0, i1, old_scale, {}));  // pass 2 runs far apart
           return;
         }
         for (int64_t i = i0; i < i1; ++i)
@@ -212,7 +230,7 @@ void quantized_update_tensor_finish(const Rule& rule, const Q& q, UpdatePolicy p
       [&] { return GroupDrawCursor<Q>{q}; },  // each thread's chunks in increasing order
       [&](GroupDrawCursor<Q>& draw, int64_t i0, int64_t i1) {
         if (lanes.vector()) {
-          lanes.pass2(i0, i1, split.old_scale, new_scale, key);
+          lanes.pass2(i0, i1, split.old_scale, new_scale, key, {});
           return;
         }
         for (int64_t i = i0; i < i1; ++i)

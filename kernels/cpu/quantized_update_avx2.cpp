@@ -153,13 +153,13 @@ struct V {
 }  // namespace
 
 float pass1(const LaneRule& rule, QFormat format, UpdatePolicy policy, const LaneBuffers& b,
-            int64_t i0, int64_t n, float old_scale) {
-  return lanes_pass1(rule, format, policy, b, i0, n, old_scale);
+            int64_t i0, int64_t n, float old_scale, const LaneCarry& carry) {
+  return lanes_pass1(rule, format, policy, b, i0, n, old_scale, carry);
 }
 void pass2(const LaneRule& rule, QFormat format, Rounding rounding, UpdatePolicy policy,
            const LaneBuffers& b, int64_t i0, int64_t n, float old_scale, float new_scale,
-           const uint32_t* bits) {
-  lanes_pass2(rule, format, rounding, policy, b, i0, n, old_scale, new_scale, bits);
+           const uint32_t* bits, const LaneCarry& carry) {
+  lanes_pass2(rule, format, rounding, policy, b, i0, n, old_scale, new_scale, bits, carry);
 }
 void sr_bits(const FormatQuantizer& q, uint64_t first, int64_t n, uint32_t* out) {
   lanes_sr_bits(q, first, n, out);

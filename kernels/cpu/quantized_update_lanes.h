@@ -190,9 +190,11 @@ template <bool kAdamW, class S, QFormat kFormat, UpdatePolicy kPolicy, bool kUnb
 struct Passes {
   using F = typename V::F;
   using I = typename V::I;
+  static constexpr bool kCarriesDenom = kAdamW && kPolicy == UpdatePolicy::Eco;  // inject_d's d
 
+  // c: theta (and d where kCarriesDenom) kept, unless kPolicy is Master or c.theta is null.
   static float pass1(const LaneTerms& t, const cpu_simd::LaneBuffers& b, int64_t i0, int64_t n,
-                     float old_scale) {
+                     float old_scale, const cpu_simd::LaneCarry& c) {
     S* ms = static_cast<S*>(b.m);
     S* vs = static_cast<S*>(b.v);
     const F old = V::set1(old_scale);
@@ -208,14 +210,21 @@ struct Passes {
                       : V::mul(decode<kFormat>(load_codes<kFormat>(b.codes, i)), old);
       const F d = kAdamW ? denom<kUnbiased>(t, v) : V::zero();
       const F th = theta<kAdamW, kUnbiased>(t, w, m, d);
-      if constexpr (kPolicy == UpdatePolicy::Master) V::store(b.master + i, th);
+      if constexpr (kPolicy == UpdatePolicy::Master) {
+        V::store(b.master + i, th);
+      } else if (c.theta) {
+        V::store(c.theta + (i - i0), th);
+        if constexpr (kCarriesDenom) V::store(c.denom + (i - i0), d);
+      }
       absmax = V::max(V::abs(th), absmax);  // max_ps returns its second operand on NaN: fmaxf
     }
     return V::hmax(absmax);
   }
 
+  // theta and d read from pass 1's c where kept: the bits the recomputation below gives.
   static void pass2(const LaneTerms& t, const cpu_simd::LaneBuffers& b, int64_t i0, int64_t n,
-                    float old_scale, float new_scale, const uint32_t* bits) {
+                    float old_scale, float new_scale, const uint32_t* bits,
+                    const cpu_simd::LaneCarry& c) {
     S* ms = static_cast<S*>(b.m);
     S* vs = static_cast<S*>(b.v);
     const F old = V::set1(old_scale), scale = V::set1(new_scale);
@@ -226,6 +235,10 @@ struct Passes {
       F th, m = V::zero(), d = V::zero();
       if constexpr (kPolicy == UpdatePolicy::Master) {
         th = V::load(b.master + i);
+      } else if (c.theta) {
+        th = V::load(c.theta + (i - i0));
+        if constexpr (kPolicy == UpdatePolicy::Eco) m = load_state<S>(ms + i);
+        if constexpr (kCarriesDenom) d = V::load(c.denom + (i - i0));
       } else {
         m = load_state<S>(ms + i);
         if constexpr (kAdamW) d = denom<kUnbiased>(t, load_state<S>(vs + i));
@@ -284,31 +297,34 @@ auto with_variant(const Variant& x, Args&&... args) {
 struct Pass1Op {
   template <class P>
   static float run(const LaneTerms& t, const cpu_simd::LaneBuffers& b, int64_t i0, int64_t n,
-                   float old_scale) {
-    return P::pass1(t, b, i0, n, old_scale);
+                   float old_scale, const cpu_simd::LaneCarry& c) {
+    return P::pass1(t, b, i0, n, old_scale, c);
   }
 };
 struct Pass2Op {
   template <class P>
   static int run(const LaneTerms& t, const cpu_simd::LaneBuffers& b, int64_t i0, int64_t n,
-                 float old_scale, float new_scale, const uint32_t* bits) {
-    P::pass2(t, b, i0, n, old_scale, new_scale, bits);
+                 float old_scale, float new_scale, const uint32_t* bits,
+                 const cpu_simd::LaneCarry& c) {
+    P::pass2(t, b, i0, n, old_scale, new_scale, bits, c);
     return 0;
   }
 };
 
 float lanes_pass1(const cpu_simd::LaneRule& rule, QFormat format, UpdatePolicy policy,
-                  const cpu_simd::LaneBuffers& b, int64_t i0, int64_t n, float old_scale) {
+                  const cpu_simd::LaneBuffers& b, int64_t i0, int64_t n, float old_scale,
+                  const cpu_simd::LaneCarry& carry) {
   const Variant x{rule.adamw, b.bf16, rule.unbiased, false, format, policy};
   // Pass 1 draws nothing: its SR instances are never run (x.sr is false).
-  return with_variant<Pass1Op>(x, LaneTerms(rule), b, i0, n, old_scale);
+  return with_variant<Pass1Op>(x, LaneTerms(rule), b, i0, n, old_scale, carry);
 }
 
 void lanes_pass2(const cpu_simd::LaneRule& rule, QFormat format, Rounding rounding,
                  UpdatePolicy policy, const cpu_simd::LaneBuffers& b, int64_t i0, int64_t n,
-                 float old_scale, float new_scale, const uint32_t* bits) {
+                 float old_scale, float new_scale, const uint32_t* bits,
+                 const cpu_simd::LaneCarry& carry) {
   const Variant x{rule.adamw, b.bf16, rule.unbiased, rounding == Rounding::SR, format, policy};
-  with_variant<Pass2Op>(x, LaneTerms(rule), b, i0, n, old_scale, new_scale, bits);
+  with_variant<Pass2Op>(x, LaneTerms(rule), b, i0, n, old_scale, new_scale, bits, carry);
 }
 
 // ---- SR draws (philox_group on kLanes groups at once, words in element order) -----------------
@@ -341,7 +357,12 @@ void lanes_sr_bits(const FormatQuantizer& q, uint64_t first, int64_t n, uint32_t
   const uint64_t g0 = first >> 2;
   const int64_t off = int64_t(first & 3u);
   for (int64_t lo = -off; lo < n; lo += kWords) {  // out index of the block's first word
-    philox_lanes(q.key, q.step, q.tensor_id, g0 + uint64_t((lo + off) / 4), words);
+    const uint64_t group = g0 + uint64_t((lo + off) / 4);
+    if (lo >= 0 && lo + kWords <= n) {  // a whole block: straight into out
+      philox_lanes(q.key, q.step, q.tensor_id, group, out + lo);
+      continue;
+    }
+    philox_lanes(q.key, q.step, q.tensor_id, group, words);
     const int64_t from = lo > 0 ? lo : 0, to = lo + kWords < n ? lo + kWords : n;
     std::memcpy(out + from, words + (from - lo), size_t(to - from) * sizeof(uint32_t));
   }

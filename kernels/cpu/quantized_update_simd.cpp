@@ -14,17 +14,19 @@ namespace eco::cpu_simd {
 #if defined(__x86_64__)
 // Defined in quantized_update_avx512.cpp / quantized_update_avx2.cpp, compiled for their sets.
 namespace avx512 {
-float pass1(const LaneRule&, QFormat, UpdatePolicy, const LaneBuffers&, int64_t, int64_t, float);
+float pass1(const LaneRule&, QFormat, UpdatePolicy, const LaneBuffers&, int64_t, int64_t, float,
+            const LaneCarry&);
 void pass2(const LaneRule&, QFormat, Rounding, UpdatePolicy, const LaneBuffers&, int64_t, int64_t,
-           float, float, const uint32_t*);
+           float, float, const uint32_t*, const LaneCarry&);
 void sr_bits(const FormatQuantizer&, uint64_t, int64_t, uint32_t*);
 void plain_step(const LaneRule&, float*, const float*, float*, float*, int64_t, bool);
 void dequantize(QFormat, const uint8_t*, int64_t, int64_t, float, float*);
 }  // namespace avx512
 namespace avx2 {
-float pass1(const LaneRule&, QFormat, UpdatePolicy, const LaneBuffers&, int64_t, int64_t, float);
+float pass1(const LaneRule&, QFormat, UpdatePolicy, const LaneBuffers&, int64_t, int64_t, float,
+            const LaneCarry&);
 void pass2(const LaneRule&, QFormat, Rounding, UpdatePolicy, const LaneBuffers&, int64_t, int64_t,
-           float, float, const uint32_t*);
+           float, float, const uint32_t*, const LaneCarry&);
 void sr_bits(const FormatQuantizer&, uint64_t, int64_t, uint32_t*);
 void plain_step(const LaneRule&, float*, const float*, float*, float*, int64_t, bool);
 void dequantize(QFormat, const uint8_t*, int64_t, int64_t, float, float*);
@@ -95,22 +97,23 @@ void set_active_isa(Isa isa) {
 }
 
 float pass1(Isa isa, const LaneRule& rule, QFormat format, UpdatePolicy policy,
-            const LaneBuffers& b, int64_t i0, int64_t n, float old_scale) {
+            const LaneBuffers& b, int64_t i0, int64_t n, float old_scale, const LaneCarry& carry) {
 #if defined(__x86_64__)
-  if (isa == Isa::Avx512) return avx512::pass1(rule, format, policy, b, i0, n, old_scale);
-  if (isa == Isa::Avx2) return avx2::pass1(rule, format, policy, b, i0, n, old_scale);
+  if (isa == Isa::Avx512) return avx512::pass1(rule, format, policy, b, i0, n, old_scale, carry);
+  if (isa == Isa::Avx2) return avx2::pass1(rule, format, policy, b, i0, n, old_scale, carry);
 #endif
   runtime_error("vector pass 1 on the {} path", isa_name(isa));
 }
 
 void pass2(Isa isa, const LaneRule& rule, QFormat format, Rounding rounding, UpdatePolicy policy,
            const LaneBuffers& b, int64_t i0, int64_t n, float old_scale, float new_scale,
-           const uint32_t* bits) {
+           const uint32_t* bits, const LaneCarry& carry) {
 #if defined(__x86_64__)
   if (isa == Isa::Avx512)
-    return avx512::pass2(rule, format, rounding, policy, b, i0, n, old_scale, new_scale, bits);
+    return avx512::pass2(rule, format, rounding, policy, b, i0, n, old_scale, new_scale, bits,
+                         carry);
   if (isa == Isa::Avx2)
-    return avx2::pass2(rule, format, rounding, policy, b, i0, n, old_scale, new_scale, bits);
+    return avx2::pass2(rule, format, rounding, policy, b, i0, n, old_scale, new_scale, bits, carry);
 #endif
   runtime_error("vector pass 2 on the {} path", isa_name(isa));
 }

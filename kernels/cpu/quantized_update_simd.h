@@ -45,14 +45,26 @@ struct LaneBuffers {
   bool bf16;
 };
 
-// quantized_update_pass1 of elements [i0, i0 + n): returns their absmax |theta|.
-// pass2 likewise, bits[j] the SR draw of element i0 + j. Both: format E4M3 or INT4, n a multiple
-// of isa_lanes(isa), i0 even for INT4 (whole bytes), isa not Scalar.
+// Pass 1's theta and (AdamW under Eco) denom(v) of a run's elements, kept for pass 2 of the same
+// run: pass 2 would recompute both from the old codes and the state pass 1 stored, the same
+// operations on the same values, so it reads these bits instead. theta[j], denom[j]: element
+// i0 + j of the run. theta null: none kept, pass 2 recomputes. Master keeps none (pass 2 reads
+// the master weight).
+struct LaneCarry {
+  float* theta;
+  float* denom;
+  LaneCarry at(int64_t j) const { return theta ? LaneCarry{theta + j, denom + j} : LaneCarry{}; }
+};
+
+// quantized_update_pass1 of elements [i0, i0 + n): returns their absmax |theta|, and fills carry.
+// pass2 likewise, bits[j] the SR draw of element i0 + j, carry (if kept) what pass 1 of these
+// elements filled. Both: format E4M3 or INT4, n a multiple of isa_lanes(isa), i0 even for INT4
+// (whole bytes), isa not Scalar.
 float pass1(Isa isa, const LaneRule& rule, QFormat format, UpdatePolicy policy,
-            const LaneBuffers& b, int64_t i0, int64_t n, float old_scale);
+            const LaneBuffers& b, int64_t i0, int64_t n, float old_scale, const LaneCarry& carry);
 void pass2(Isa isa, const LaneRule& rule, QFormat format, Rounding rounding, UpdatePolicy policy,
            const LaneBuffers& b, int64_t i0, int64_t n, float old_scale, float new_scale,
-           const uint32_t* bits);
+           const uint32_t* bits, const LaneCarry& carry);
 // out[j] = q.draw(first + j) for j in [0, n) (SR's words, Philox across lanes); isa not Scalar.
 void sr_bits(Isa isa, const FormatQuantizer& q, uint64_t first, int64_t n, uint32_t* out);
 
