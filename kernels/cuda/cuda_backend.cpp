@@ -950,6 +950,17 @@ int cuda_device_count() {
   return count;
 }
 
+std::string cuda_device_bus_id() {
+  int count = 0, dev = 0;
+  char id[64] = {};
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetPCIBusId(id, int(sizeof id), dev) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error of a missing driver / device
+    return {};
+  }
+  return id;
+}
+
 uint64_t cuda_free_memory_bytes() {
   int count = 0;
   size_t free_b = 0, total_b = 0;

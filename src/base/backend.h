@@ -83,6 +83,10 @@ std::unique_ptr<Backend> make_cuda_backend();
 uint64_t cuda_free_memory_bytes();
 // CUDA GPUs visible to this process; 0 without a CUDA backend in this build or without a GPU.
 int cuda_device_count();
+// The current CUDA device's PCI bus id ("0000:41:00.0"): the same physical GPU has the same id in
+// every process of a host, whatever CUDA_VISIBLE_DEVICES or a cgroup makes its ordinal. Empty
+// without a CUDA backend in this build or without a GPU.
+std::string cuda_device_bus_id();
 // The backend for a config's `device` (cpu: fp32 reference; cuda: make_cuda_backend).
 std::unique_ptr<Backend> make_backend(Device device);
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "base/error.h"
+#include "dist/gpu_sharing.h"
 
 namespace eco {
 
@@ -38,7 +39,7 @@ void ParallelPlan::start_device_communicators() {
   // NCCL before 2.30 refuses two ranks on one GPU (and 2.30 only with
   // NCCL_MULTI_RANK_GPU_ENABLE=1): then, or without NCCL in this build, the sums go through host
   // memory over MPI. Every rank must choose alike: the reasons are agreed by a maximum.
-  const bool shared_gpu = local_ranks() > cuda_device_count() &&
+  const bool shared_gpu = ranks_share_a_gpu(world_, cuda_device_bus_id(), cuda_device_count()) &&
                           !std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
   double agreed = double(!have_nccl() ? DeviceTransport::NoNccl
                          : shared_gpu ? DeviceTransport::SharedGpu

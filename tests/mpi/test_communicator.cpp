@@ -10,7 +10,8 @@
 //  - expert parallelism's primitives: split into groups (expert-parallel, expert-data-parallel,
 //    one group, rank 0 and the rest) ranked by key then old rank, whose sums fold only the
 //    group's ranks in group-rank order and whose byte counters are their own; all_to_all_v with
-//    uneven and empty blocks, every byte checked; size vectors that do not fit refused.
+//    uneven and empty blocks, every byte checked; size vectors that do not fit refused;
+//  - whether ranks share a GPU, from every rank's (host, bus id) gathered.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,9 +22,11 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/gpu_sharing.h"
 #include "dist/mpi_communicator.h"
 
 namespace {
@@ -292,6 +295,19 @@ TEST(MpiCommunicator, AllToAllVRefusesASizeVectorThatIsNotOneBlockPerRank) {
   std::vector<int64_t> negative = ones;
   negative.back() = -1;
   EXPECT_THROW(comm->all_to_all_v(buf.data(), negative, out.data(), negative), std::exception);
+}
+
+// Whether ranks share a GPU (dist/gpu_sharing.h) over the real gather: every rank on one host
+// here, so one bus id for all is shared, one per rank is not, and one repeated pair is shared
+// on every rank alike.
+TEST(GpuSharing, RanksOnOneHostShareOnlyWhereTheirBusIdsRepeat) {
+  const int w = comm->world(), r = comm->rank();
+  EXPECT_TRUE(eco::ranks_share_a_gpu(*comm, "0000:41:00.0", 1));
+  const std::string own = "0000:" + std::to_string(10 + r) + ":00.0";
+  EXPECT_FALSE(eco::ranks_share_a_gpu(*comm, own, 1));
+  // Ranks 0 and w - 1 on one GPU, the others on their own.
+  const std::string pair = "0000:" + std::to_string(r == w - 1 ? 10 : 10 + r) + ":00.0";
+  EXPECT_TRUE(eco::ranks_share_a_gpu(*comm, pair, 1));
 }
 
 }  // namespace

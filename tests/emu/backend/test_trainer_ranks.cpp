@@ -129,6 +129,7 @@ class EmuTrainerRanks : public ::testing::Test {
     {
       const emu::DeferStreams deferred(std::move(defer));
       run_rank_threads(world, name, [&](int r) {
+        emu::device_slot = one_gpu_ ? 0 : r;  // a GPU per rank, or one for all
         ThreadGroup comm(r, world, board);
         Trainer t(c, RunContext{r, world}, &comm);
         EXPECT_EQ(t.run(RunOptions{}), 0) << name << ": rank " << r;
@@ -139,6 +140,7 @@ class EmuTrainerRanks : public ::testing::Test {
 
   fs::path dir_;
   LogTap log_;
+  bool one_gpu_ = false;  // ranks() puts every rank on one emulated GPU (one PCI bus id)
 };
 
 // Sections that differ between two checkpoints (their names).
@@ -218,20 +220,18 @@ TEST_F(EmuTrainerRanks, ExpertParallelOverNcclEqualsOneRankAccumulating) {
 
 // Ranks sharing one GPU (as e2e data_parallel_cuda runs on a machine with one): NCCL before 2.30
 // refuses them, so the trainer sums the gradients, all-gathers ZeRO-1's codes and exchanges the
-// tokens through host memory over the host communicator. The launcher's local size says 2 ranks
-// on this node, with 1 (emulated) GPU. The same bits as one rank accumulating.
+// tokens through host memory over the host communicator. Both ranks' emulated devices report one
+// PCI bus id on this host. The same bits as one rank accumulating.
 TEST_F(EmuTrainerRanks, RanksSharingAGpuGoThroughHostMemoryWithTheSameBits) {
-  const char* const kLocal = "OMPI_COMM_WORLD_LOCAL_SIZE";
-  ASSERT_EQ(std::getenv(kLocal), nullptr) << "run the test outside mpirun";
   const CheckpointState ref = one("one", "", 2);
   const CheckpointState ref_smoe = one("one_smoe", "", 2, kSmoe);
   log_.take();
-  setenv(kLocal, "2", 1);
+  one_gpu_ = true;  // both ranks' devices report one PCI bus id on one host
   const CheckpointState dense = ranks("shared_zero1", "parallel: {zero: 1}\n", 2, {1});
   const std::string dense_log = log_.take();
   const CheckpointState smoe = ranks("shared_ep2", "parallel: {ep: 2}\n", 2, {1}, kSmoe);
   const std::string smoe_log = log_.take();
-  unsetenv(kLocal);
+  one_gpu_ = false;
   EXPECT_EQ(differing(ref, dense), "") << "dp 2 at zero 1 through host memory";
   EXPECT_EQ(differing(ref_smoe, smoe), "") << "ep 2 through host memory";
   EXPECT_NE(dense_log.find("device collectives: through host memory over MPI (ranks share a GPU"),

@@ -566,6 +566,17 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev) {
   p->multiProcessorCount = 132;
   return cudaSuccess;
 }
+namespace emu {
+// The physical GPU this thread's emulated device stands for (the device number of its PCI bus
+// id): a test that runs ranks as threads gives each rank its own, as on a machine with a GPU per
+// rank; 0 otherwise.
+inline thread_local int device_slot = 0;
+}  // namespace emu
+inline cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int dev) {
+  if (dev != 0 || len < 13) return cudaErrorInvalidValue;
+  std::snprintf(id, size_t(len), "0000:%02x:00.0", emu::device_slot & 0xff);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
   *total_b = size_t(141) << 30;
   *free_b = *total_b;
