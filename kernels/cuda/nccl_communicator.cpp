@@ -11,10 +11,11 @@
 //    rank's non-empty block, bytes (ncclUint8), in one group; the block to self a device copy on
 //    the stream. NCCL's counts are size_t: no rounds.
 // Large buffers go in rounds of at most chunk_ = kNcclRoundElems / world elements per rank chunk,
-// so the receive buffer stays at most 256 MiB. (MpiCommunicator's rounds are 2^26 elements per
-// rank chunk: up to 2^26 elements both cut the same chunks and count the same bytes on each
-// rank; above, the rounds cut elsewhere: the same sums, and the same bytes over all ranks, but a
-// rank's count may differ by a few elements' rounding.) Host code (compiled by the host compiler).
+// so the receive buffer stays at most 256 MiB. (MpiCommunicator at its default
+// ECO_MPI_BUFFER_BYTES, 256 MiB, cuts the same chunks and counts the same bytes on each rank;
+// at another budget its rounds cut elsewhere: the same sums, and the same bytes over all ranks,
+// but a rank's count may differ by a few elements' rounding.) Host code (compiled by the host
+// compiler).
 #include "kernels/cuda/nccl_communicator.h"
 
 #include <cuda_runtime.h>

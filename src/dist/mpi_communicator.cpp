@@ -2,6 +2,10 @@
 // receives chunk c of every rank with MPI_Alltoallv and adds the w pieces in rank order from 0)
 // followed by an all-gather of the summed chunks: the traffic of a ring all-reduce, 2 (w - 1) / w
 // of the buffer per rank, with the order of the additions fixed by us rather than by MPI.
+// The sums receive into one buffer of at most ECO_MPI_BUFFER_BYTES (256 MiB by default) whatever
+// the world: they run in rounds of budget / world bytes per rank chunk, so a sum of B bytes takes
+// about B / budget rounds at every world size. Each element is added on its own, so where the
+// rounds cut changes neither its bits nor the bytes sent over all ranks.
 // Byte exchanges (ranges, all_to_all_v) are MPI_Isend / MPI_Irecv pairs in rounds of at most
 // 1 GiB per message, so that MPI's int counts never overflow.
 #include "dist/mpi_communicator.h"
@@ -13,10 +17,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cmath>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,8 +55,22 @@ MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
 template <>
 MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 
-// Elements per rank-chunk in one round of the ordered sum (MPI counts are int).
-constexpr int64_t kChunkElems = int64_t(1) << 26;
+// The sums' receive buffer bound (ECO_MPI_BUFFER_BYTES, bytes): a round of a sum receives
+// budget / world bytes from each rank (one element at least).
+constexpr int64_t kBufferBytes = int64_t(1) << 28;
+constexpr int64_t kMaxBufferBytes = int64_t(1) << 40;
+int64_t buffer_bytes() {
+  const char* text = std::getenv("ECO_MPI_BUFFER_BYTES");
+  if (!text || !*text) return kBufferBytes;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno == ERANGE || v < 1 || v > kMaxBufferBytes)
+    usage_error("ECO_MPI_BUFFER_BYTES '{}': expected bytes in [1, 2^40] (the sums' receive "
+                "buffer per rank)",
+                clip_for_message(text));
+  return int64_t(v);
+}
 
 // The start-up bound (ECO_STARTUP_TIMEOUT_S, seconds; 0: wait forever): MPI_Init and the
 // collectives before the config is agreed, which cannot wait under the config's timeout.
@@ -196,6 +216,7 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(int* argc, char*** argv)
       : comm_(MPI_COMM_WORLD),
         root_(true),
+        buffer_bytes_(buffer_bytes()),
         watchdog_(std::make_shared<CollectiveWatchdog>(launcher_rank(), launcher_world())) {
     int provided = 0;
     stall_for_test("mpi_init", launcher_rank());
@@ -210,15 +231,19 @@ class MpiCommunicator final : public Communicator {
     concurrent_ = provided >= MPI_THREAD_MULTIPLE;
     init_ranks();
     watchdog_->set_ranks(rank_, world_);  // the messages name the world rank
+    const CollectiveWatchdog::Scope scope(*watchdog_, "the agreement on ECO_MPI_BUFFER_BYTES");
+    agree_on_buffer_bytes();
   }
   MpiCommunicator(MPI_Comm comm, std::shared_ptr<CollectiveWatchdog> watchdog, bool any_thread,
-                  bool concurrent)
+                  bool concurrent, int64_t buffer_bytes)
       : comm_(comm),
         root_(false),
         any_thread_(any_thread),
         concurrent_(concurrent),
+        buffer_bytes_(buffer_bytes),
         watchdog_(std::move(watchdog)) {
     init_ranks();
+    agree_on_buffer_bytes();
   }
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -236,6 +261,7 @@ class MpiCommunicator final : public Communicator {
   std::string name() const override { return "mpi"; }
   bool any_thread() const override { return any_thread_; }
   bool concurrent() const override { return concurrent_; }
+  int64_t receive_buffer_bytes() const { return recv_bytes_; }  // mpi_receive_buffer_bytes
   void set_timeouts(double steps_s, double phases_s) override {
     watchdog_->set_timeouts(steps_s, phases_s);
   }
@@ -243,8 +269,8 @@ class MpiCommunicator final : public Communicator {
   void wait_begin(const char* what) override { wait_.emplace(*watchdog_, what); }
   void wait_end() override { wait_.reset(); }
 
-  void all_reduce_sum(float* x, int64_t n) override { ordered_sum(x, n, recv_f32_); }
-  void all_reduce_sum(double* x, int64_t n) override { ordered_sum(x, n, recv_f64_); }
+  void all_reduce_sum(float* x, int64_t n) override { ordered_sum(x, n); }
+  void all_reduce_sum(double* x, int64_t n) override { ordered_sum(x, n); }
   void all_reduce_sum(int64_t* x, int64_t n) override {  // integer sums: any order is exact
     const CollectiveWatchdog::Scope scope(*watchdog_, "all_reduce_sum (int64)");
     for (int64_t off = 0; off < n; off += INT_MAX) {
@@ -266,18 +292,19 @@ class MpiCommunicator final : public Communicator {
     check_bounds(bounds, world_, bounds.empty() ? 0 : bounds.back(), "reduce_scatter_sum");
     const size_t ws = size_t(world_), me = size_t(rank_);
     const int64_t mine = bounds[me + 1] - bounds[me];
-    for (int64_t done = 0, rounds = max_rounds(bounds, kChunkElems), k = 0; k < rounds; ++k) {
-      // Round k: the k-th kChunkElems of each rank's range.
-      const int64_t take = std::clamp<int64_t>(mine - done, 0, kChunkElems);
-      recv_f32_.resize(size_t(take) * ws);
+    const int64_t chunk = chunk_elems(sizeof(float));  // the same on every rank
+    for (int64_t done = 0, rounds = max_rounds(bounds, chunk), k = 0; k < rounds; ++k) {
+      // Round k: the k-th `chunk` elements of each rank's range, into (world, take) floats.
+      const int64_t take = std::clamp<int64_t>(mine - done, 0, chunk);
+      float* recv = receive_space<float>(take * world_);
       std::vector<MPI_Request> reqs;
       for (int s = 0; s < world_; ++s) {
         if (s == rank_) continue;
-        const int64_t b = bounds[size_t(s)] + k * kChunkElems;
-        const int64_t send = std::clamp<int64_t>(bounds[size_t(s) + 1] - b, 0, kChunkElems);
+        const int64_t b = bounds[size_t(s)] + k * chunk;
+        const int64_t send = std::clamp<int64_t>(bounds[size_t(s) + 1] - b, 0, chunk);
         if (take > 0)
-          post(reqs, MPI_Irecv(recv_f32_.data() + size_t(s) * size_t(take), int(take), MPI_FLOAT,
-                               s, kTagReduceScatter, comm_, next(reqs)));
+          post(reqs, MPI_Irecv(recv + size_t(s) * size_t(take), int(take), MPI_FLOAT, s,
+                               kTagReduceScatter, comm_, next(reqs)));
         if (send > 0) {
           post(reqs, MPI_Isend(x + b, int(send), MPI_FLOAT, s, kTagReduceScatter, comm_,
                                next(reqs)));
@@ -289,7 +316,7 @@ class MpiCommunicator final : public Communicator {
       for (int64_t i = 0; i < take; ++i) {
         float acc = 0.0f;
         for (size_t s = 0; s < ws; ++s)
-          acc += s == me ? out[i] : recv_f32_[s * size_t(take) + size_t(i)];
+          acc += s == me ? out[i] : recv[s * size_t(take) + size_t(i)];
         out[i] = acc;
       }
       done += take;
@@ -331,9 +358,10 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     const CollectiveWatchdog::Scope scope(*watchdog_, "split");
     check_split_color(color);
+    const int64_t budget = buffer_bytes();  // refused on every rank alike, before MPI
     MPI_Comm child = MPI_COMM_NULL;
     ECO_CHECK_MPI(MPI_Comm_split(comm_, color, key, &child));
-    return std::make_unique<MpiCommunicator>(child, watchdog_, any_thread_, concurrent_);
+    return std::make_unique<MpiCommunicator>(child, watchdog_, any_thread_, concurrent_, budget);
   }
   void all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                     const std::vector<int64_t>& recv_bytes) override {
@@ -369,14 +397,16 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  // x (n) = the rank-order sum, in rounds of at most kChunkElems elements per rank-chunk.
+  // x (n) = the rank-order sum, in pieces of chunk_elems x w elements (the last one shorter):
+  // chunk c of a piece goes to rank c, which adds the w ranks' copies in rank order.
   template <class T>
-  void ordered_sum(T* x, int64_t n, std::vector<T>& recv) {
+  void ordered_sum(T* x, int64_t n) {
     const CollectiveWatchdog::Scope scope(*watchdog_, "all_reduce_sum (the gradients' sum)");
     const int w = world_;
     const size_t ws = static_cast<size_t>(w);
-    for (int64_t off = 0; off < n; off += kChunkElems * w) {
-      const int64_t m = std::min<int64_t>(n - off, kChunkElems * w);
+    const int64_t piece_elems = chunk_elems(sizeof(T)) * w;  // at most INT_MAX: int displs
+    for (int64_t off = 0; off < n; off += piece_elems) {
+      const int64_t m = std::min<int64_t>(n - off, piece_elems);
       T* piece = x + off;
       // Chunk c of the piece: [c m / w, (c + 1) m / w).
       std::vector<int> counts(ws), displs(ws);
@@ -386,10 +416,10 @@ class MpiCommunicator final : public Communicator {
         displs[size_t(c)] = int(b);
       }
       const int mine = counts[size_t(rank_)];
-      recv.resize(size_t(mine) * ws);
+      T* recv = receive_space<T>(int64_t(mine) * w);  // (w, mine)
       std::vector<int> rcounts(ws, mine), rdispls(ws);
       for (int r = 0; r < w; ++r) rdispls[size_t(r)] = r * mine;
-      ECO_CHECK_MPI(MPI_Alltoallv(piece, counts.data(), displs.data(), mpi_type<T>(), recv.data(),
+      ECO_CHECK_MPI(MPI_Alltoallv(piece, counts.data(), displs.data(), mpi_type<T>(), recv,
                                   rcounts.data(), rdispls.data(), mpi_type<T>(), comm_));
       T* out = piece + displs[size_t(rank_)];
       for (int i = 0; i < mine; ++i) {
@@ -406,6 +436,25 @@ class MpiCommunicator final : public Communicator {
 
   static constexpr int kTagReduceScatter = 41, kTagGather = 42, kTagAllToAll = 43;
   static constexpr int64_t kMaxMessageBytes = int64_t(1) << 30;
+
+  // Elements of `elem` bytes a sum takes from each rank per round: world x them fill at most
+  // max(buffer_bytes_, world x elem) bytes and at most INT_MAX elements (MPI's int counts).
+  int64_t chunk_elems(size_t elem) const {
+    const int64_t fit = std::min<int64_t>(buffer_bytes_ / int64_t(elem), INT_MAX);
+    return std::max<int64_t>(1, fit / world_);
+  }
+  // The receive buffer as n elements of T (float, double): grown to exactly the largest round's
+  // need so far, never shrunk.
+  template <class T>
+  T* receive_space(int64_t n) {
+    const int64_t bytes = n * int64_t(sizeof(T));
+    if (bytes > recv_bytes_) {
+      recv_.reset();  // the old buffer goes before the larger one comes
+      recv_ = std::make_unique_for_overwrite<std::byte[]>(size_t(bytes));
+      recv_bytes_ = bytes;
+    }
+    return reinterpret_cast<T*>(recv_.get());
+  }
 
   // Rounds of at most `per_round` elements of each range that cover every range.
   static int64_t max_rounds(const std::vector<int64_t>& bounds, int64_t per_round) {
@@ -460,22 +509,34 @@ class MpiCommunicator final : public Communicator {
     ECO_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
     ECO_CHECK_MPI(MPI_Comm_size(comm_, &world_));
   }
+  // The ranks cut the same rounds: each takes the smallest budget any rank was given (not
+  // counted in bytes_, which counts the run's collectives).
+  void agree_on_buffer_bytes() {
+    ECO_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &buffer_bytes_, 1, MPI_INT64_T, MPI_MIN, comm_));
+  }
 
   MPI_Comm comm_;
   const bool root_;  // owns MPI (MPI_COMM_WORLD) rather than a split's MPI_Comm
   bool any_thread_ = false;  // MPI_THREAD_SERIALIZED provided
   bool concurrent_ = false;  // MPI_THREAD_MULTIPLE provided
   int rank_ = 0, world_ = 1;
+  int64_t buffer_bytes_;  // the receive buffer's bound (ECO_MPI_BUFFER_BYTES, agreed)
   std::shared_ptr<CollectiveWatchdog> watchdog_;
   std::optional<CollectiveWatchdog::Scope> wait_;  // a WaitGuard's
-  std::vector<float> recv_f32_;
-  std::vector<double> recv_f64_;
+  // The sums' receive buffer (float and double rounds alike): recv_bytes_ bytes.
+  std::unique_ptr<std::byte[]> recv_;
+  int64_t recv_bytes_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
   return std::make_unique<MpiCommunicator>(argc, argv);
+}
+
+int64_t mpi_receive_buffer_bytes(const Communicator& c) {
+  const auto* mpi = dynamic_cast<const MpiCommunicator*>(&c);
+  return mpi ? mpi->receive_buffer_bytes() : 0;
 }
 
 }  // namespace eco
@@ -488,6 +549,8 @@ std::unique_ptr<Communicator> make_mpi_communicator(int*, char***) {
   usage_error("this eco-train was built without MPI, but an MPI launcher started it (mpirun / "
               "srun); install libopenmpi-dev and rebuild (scripts/build.sh), or run it alone");
 }
+
+int64_t mpi_receive_buffer_bytes(const Communicator&) { return 0; }
 
 }  // namespace eco
 

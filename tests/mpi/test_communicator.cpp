@@ -11,12 +11,18 @@
 //    one group, rank 0 and the rest) ranked by key then old rank, whose sums fold only the
 //    group's ranks in group-rank order and whose byte counters are their own; all_to_all_v with
 //    uneven and empty blocks, every byte checked; size vectors that do not fit refused;
+//  - the sums' receive buffer under a tiny ECO_MPI_BUFFER_BYTES (many rounds, the last one
+//    shorter, sizes that do not divide by the world, empty ranges): the same bits as the default
+//    budget and the rank-order fold, the same bytes over all ranks, and never more than
+//    max(budget, world x 8) bytes of buffer; the ranks agree on the smallest budget; budgets
+//    that are not bytes refused;
 //  - whether ranks share a GPU, from every rank's (host, bus id) gathered.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -295,6 +301,131 @@ TEST(MpiCommunicator, AllToAllVRefusesASizeVectorThatIsNotOneBlockPerRank) {
   std::vector<int64_t> negative = ones;
   negative.back() = -1;
   EXPECT_THROW(comm->all_to_all_v(buf.data(), negative, out.data(), negative), std::exception);
+}
+
+// A communicator over the same ranks in the same order, made under ECO_MPI_BUFFER_BYTES =
+// `bytes` on this rank.
+std::unique_ptr<eco::Communicator> with_buffer_bytes(const std::string& bytes) {
+  setenv("ECO_MPI_BUFFER_BYTES", bytes.c_str(), 1);
+  struct Unset {
+    ~Unset() { unsetenv("ECO_MPI_BUFFER_BYTES"); }
+  } unset;
+  return comm->split(0, comm->rank());
+}
+
+// What the receive buffer may hold under `budget`: a round takes one element of every rank at
+// least (8 bytes at most each).
+int64_t buffer_bound(int64_t budget) { return std::max<int64_t>(budget, 8 * comm->world()); }
+
+// Budgets that cut the sums below into many rounds with a shorter last one: one element per rank
+// chunk (1 byte), 64 and 100 bytes (under -np 4: 4 and 6 floats, 2 and 3 doubles per rank chunk).
+const int64_t kTinyBudgets[] = {1, 64, 100};
+
+template <class T>
+void check_sum_in_rounds() {
+  const int w = comm->world(), r = comm->rank();
+  for (int64_t budget : kTinyBudgets) {
+    const std::unique_ptr<eco::Communicator> tiny = with_buffer_bytes(std::to_string(budget));
+    for (int64_t n : {int64_t(1), int64_t(5), int64_t(1001), int64_t(4099)}) {
+      std::vector<T> x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) x[size_t(i)] = value<T>(r, i);
+      std::vector<T> whole = x;  // summed under the default budget: one round
+      const int64_t before = tiny->bytes_sent().all_reduce;
+      tiny->all_reduce_sum(x.data(), n);
+      comm->all_reduce_sum(whole.data(), n);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        T fold = T(0);
+        for (int q = 0; q < w; ++q) fold += value<T>(q, i);
+        const bool same = std::memcmp(&x[size_t(i)], &whole[size_t(i)], sizeof(T)) == 0 &&
+                          std::memcmp(&x[size_t(i)], &fold, sizeof(T)) == 0;
+        if (!same && wrong++ == 0) {
+          ADD_FAILURE() << "budget " << budget << ", n " << n << ", element " << i << ": "
+                        << x[size_t(i)] << " vs " << whole[size_t(i)]
+                        << " at the default budget and the rank-order fold " << fold;
+        }
+      }
+      EXPECT_EQ(wrong, 0) << "budget " << budget << ", n " << n;
+      int64_t sent = tiny->bytes_sent().all_reduce - before;
+      comm->all_reduce_sum(&sent, 1);  // over all ranks: 2 n (w - 1) elements in any rounds
+      EXPECT_EQ(sent, 2 * n * (w - 1) * int64_t(sizeof(T))) << "budget " << budget;
+    }
+    EXPECT_LE(eco::mpi_receive_buffer_bytes(*tiny), buffer_bound(budget)) << "budget " << budget;
+    if (w > 1) {
+      EXPECT_GT(eco::mpi_receive_buffer_bytes(*tiny), 0) << "budget " << budget;
+    }
+  }
+}
+
+TEST(MpiCommunicator, AllReduceSumOfFloatsInRoundsOfATinyBufferKeepsItsBits) {
+  check_sum_in_rounds<float>();
+}
+TEST(MpiCommunicator, AllReduceSumOfDoublesInRoundsOfATinyBufferKeepsItsBits) {
+  check_sum_in_rounds<double>();
+}
+
+TEST(MpiCommunicator, ReduceScatterSumInRoundsOfATinyBufferKeepsItsBitsAndBytes) {
+  const int w = comm->world(), r = comm->rank();
+  for (int64_t budget : kTinyBudgets) {
+    const std::unique_ptr<eco::Communicator> tiny = with_buffer_bytes(std::to_string(budget));
+    for (int64_t n : {int64_t(7), int64_t(1001), int64_t(4099)}) {
+      // Uneven ranges with an empty one, and near-equal ranges that do not divide n.
+      std::vector<int64_t> even(size_t(w) + 1);
+      for (int q = 0; q <= w; ++q) even[size_t(q)] = n * q / w;
+      for (const std::vector<int64_t>& b : {uneven_bounds(w, n), even}) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) x[size_t(i)] = value<float>(r, i);
+        std::vector<float> whole = x;
+        const int64_t tiny_before = tiny->bytes_sent().reduce_scatter;
+        const int64_t whole_before = comm->bytes_sent().reduce_scatter;
+        tiny->reduce_scatter_sum(x.data(), b);
+        comm->reduce_scatter_sum(whole.data(), b);
+        int64_t wrong = 0;
+        for (int64_t i = b[size_t(r)]; i < b[size_t(r) + 1]; ++i) {
+          float fold = 0.0f;
+          for (int q = 0; q < w; ++q) fold += value<float>(q, i);
+          const bool same = std::memcmp(&x[size_t(i)], &whole[size_t(i)], sizeof fold) == 0 &&
+                            std::memcmp(&x[size_t(i)], &fold, sizeof fold) == 0;
+          if (!same && wrong++ == 0) {
+            ADD_FAILURE() << "budget " << budget << ", n " << n << ", element " << i << ": "
+                          << x[size_t(i)] << " vs " << whole[size_t(i)]
+                          << " at the default budget and the rank-order fold " << fold;
+          }
+        }
+        EXPECT_EQ(wrong, 0) << "budget " << budget << ", n " << n;
+        // Each rank sends every other rank's range once, in any rounds.
+        EXPECT_EQ(tiny->bytes_sent().reduce_scatter - tiny_before,
+                  comm->bytes_sent().reduce_scatter - whole_before)
+            << "budget " << budget << ", n " << n;
+      }
+    }
+    EXPECT_LE(eco::mpi_receive_buffer_bytes(*tiny), buffer_bound(budget)) << "budget " << budget;
+  }
+}
+
+// Rank r asks for 64 (r + 1) bytes: every rank cuts rounds of 64 (rounds cut differently on one
+// rank would not match the others' messages).
+TEST(MpiCommunicator, RanksTakeTheSmallestBufferBudgetAnyRankAsksFor) {
+  const int w = comm->world(), r = comm->rank();
+  const std::unique_ptr<eco::Communicator> tiny = with_buffer_bytes(std::to_string(64 * (r + 1)));
+  const int64_t n = 1001;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = value<float>(r, i);
+  tiny->all_reduce_sum(x.data(), n);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float fold = 0.0f;
+    for (int q = 0; q < w; ++q) fold += value<float>(q, i);
+    wrong += std::memcmp(&x[size_t(i)], &fold, sizeof fold) != 0;
+  }
+  EXPECT_EQ(wrong, 0) << "elements that are not the rank-order fold";
+  EXPECT_LE(eco::mpi_receive_buffer_bytes(*tiny), buffer_bound(64));
+}
+
+TEST(MpiCommunicator, RefusesABufferBudgetThatIsNotBytes) {
+  // On every rank alike, before MPI (2^40 + 1 is past the largest budget).
+  for (const char* bad : {"0", "-64", "64k", "1e6", " ", "1099511627777"})
+    EXPECT_THROW(with_buffer_bytes(bad), std::exception) << "'" << bad << "'";
 }
 
 // Whether ranks share a GPU (dist/gpu_sharing.h) over the real gather: every rank on one host
