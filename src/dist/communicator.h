@@ -48,9 +48,12 @@ class Communicator {
   virtual void reduce_scatter_sum(float* x, const std::vector<int64_t>& bounds) = 0;
   // all_gather (bytes, in place): every rank's range of `buf` reaches every rank.
   virtual void all_gather(void* buf, const std::vector<int64_t>& byte_bounds) = 0;
-  // gather (bytes, in place): every rank's range of `buf` reaches `root`; other ranks' buf is
-  // left as it was.
-  virtual void gather(void* buf, const std::vector<int64_t>& byte_bounds, int root) = 0;
+  // gather (bytes): every rank's range reaches `root`. `mine`: this rank's range (its
+  // byte_bounds[r + 1] - byte_bounds[r] bytes); `out` (byte_bounds.back() bytes) receives every
+  // range at its offset on `root` and is not touched elsewhere (may be null there), so no other
+  // rank needs room for the whole. At `root`, mine may be out + byte_bounds[root] (in place).
+  virtual void gather(const void* mine, void* out, const std::vector<int64_t>& byte_bounds,
+                      int root) = 0;
   // out (world * bytes) = every rank's `bytes` bytes of `in`, in rank order.
   virtual void all_gather(void* out, const void* in, int64_t bytes) = 0;
   // `bytes` of data from `root` to every rank.

@@ -34,8 +34,9 @@ class LocalCommunicator final : public Communicator {
   void all_gather(void*, const std::vector<int64_t>& bounds) override {
     check_bounds(bounds, 1, bounds.empty() ? 0 : bounds.back(), "all_gather");
   }
-  void gather(void*, const std::vector<int64_t>& bounds, int) override {
+  void gather(const void* mine, void* out, const std::vector<int64_t>& bounds, int) override {
     check_bounds(bounds, 1, bounds.empty() ? 0 : bounds.back(), "gather");
+    if (bounds.back() > 0 && out != mine) std::memmove(out, mine, size_t(bounds.back()));
   }
   void all_gather(void* out, const void* in, int64_t bytes) override {
     if (bytes > 0 && out != in) std::memmove(out, in, size_t(bytes));

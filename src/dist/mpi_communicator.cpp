@@ -324,11 +324,12 @@ class MpiCommunicator final : public Communicator {
   }
   void all_gather(void* buf, const std::vector<int64_t>& bounds) override {
     const CollectiveWatchdog::Scope scope(*watchdog_, "all_gather (ranges)");
-    exchange_ranges(static_cast<char*>(buf), bounds, -1);
+    exchange_ranges(static_cast<char*>(buf), nullptr, bounds, -1);
   }
-  void gather(void* buf, const std::vector<int64_t>& bounds, int root) override {
+  void gather(const void* mine, void* out, const std::vector<int64_t>& bounds,
+              int root) override {
     const CollectiveWatchdog::Scope scope(*watchdog_, "gather (ranges)");
-    exchange_ranges(static_cast<char*>(buf), bounds, root);
+    exchange_ranges(static_cast<char*>(out), static_cast<const char*>(mine), bounds, root);
   }
   void all_gather(void* out, const void* in, int64_t bytes) override {
     const CollectiveWatchdog::Scope scope(*watchdog_, "all_gather");
@@ -478,11 +479,17 @@ class MpiCommunicator final : public Communicator {
     if (!reqs.empty())
       ECO_CHECK_MPI(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
   }
-  // Every rank's byte range of buf to every other rank (root < 0) or to root alone.
-  void exchange_ranges(char* buf, const std::vector<int64_t>& bounds, int root) {
+  // Every rank's byte range of buf to every other rank (root < 0, in place: `mine` unused) or to
+  // root alone: sent from `mine` (this rank's range), received into buf at root (buf is touched
+  // only there).
+  void exchange_ranges(char* buf, const char* mine, const std::vector<int64_t>& bounds, int root) {
     check_bounds(bounds, world_, bounds.empty() ? 0 : bounds.back(),
                  root < 0 ? "all_gather" : "gather");
     const size_t me = size_t(rank_);
+    const int64_t my_begin = bounds[me], my_bytes = bounds[me + 1] - bounds[me];
+    if (root < 0) mine = buf + my_begin;
+    if (rank_ == root && my_bytes > 0 && buf + my_begin != mine)
+      std::memmove(buf + my_begin, mine, size_t(my_bytes));
     for (int64_t k = 0, rounds = max_rounds(bounds, kMaxMessageBytes); k < rounds; ++k) {
       std::vector<MPI_Request> reqs;
       for (int s = 0; s < world_; ++s) {
@@ -494,7 +501,7 @@ class MpiCommunicator final : public Communicator {
         }
         if (root < 0 || s == root) {
           if (const auto [off, n] = round_piece(bounds, me, k); n > 0) {
-            post(reqs, MPI_Isend(buf + off, n, MPI_BYTE, s, kTagGather, comm_,
+            post(reqs, MPI_Isend(mine + (off - my_begin), n, MPI_BYTE, s, kTagGather, comm_,
                                  next(reqs)));
             (root < 0 ? bytes_.all_gather : bytes_.gather) += n;
           }

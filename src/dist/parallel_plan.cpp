@@ -327,8 +327,9 @@ void ParallelPlan::wait_for_every_rank() {
   if (world_.world() > 1) world_.barrier();
 }
 
-void ParallelPlan::gather_to_lead(void* buf, const std::vector<int64_t>& byte_bounds) {
-  world_.gather(buf, byte_bounds, 0);
+void ParallelPlan::gather_to_lead(const void* mine, void* out,
+                                  const std::vector<int64_t>& byte_bounds) {
+  world_.gather(mine, out, byte_bounds, 0);
 }
 
 }  // namespace eco

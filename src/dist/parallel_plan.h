@@ -107,8 +107,9 @@ class ParallelPlan {
   void broadcast_from_lead(void* data, int64_t bytes);
   // Returns when every rank has called it (a barrier).
   void wait_for_every_rank();
-  // Every rank's byte range of buf (bounds: world + 1 offsets) reaches rank 0, in place.
-  void gather_to_lead(void* buf, const std::vector<int64_t>& byte_bounds);
+  // Every rank's byte range (bounds: world + 1 offsets; `mine`: this rank's) reaches rank 0's
+  // `out` (bounds.back() bytes, rank 0 only: null elsewhere is fine).
+  void gather_to_lead(const void* mine, void* out, const std::vector<int64_t>& byte_bounds);
 
  private:
   void start_device_communicators();

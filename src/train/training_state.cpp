@@ -72,10 +72,12 @@ CheckpointState capture_state(const Config& cfg, int64_t step, Backend& backend,
     ECO_ASSERT(end - begin == int64_t(t.bytes()) || end == begin,
                "section '{}': rank {} holds {} bytes, its range {}", name, r, t.bytes(),
                end - begin);
-    std::vector<char> blob(size_t(b->back()));
-    if (end > begin) backend.copy_to_host(blob.data() + begin, t);
-    plan->gather_to_lead(blob.data(), *b);
-    if (r != 0) blob.clear();  // only rank 0 writes
+    // Rank 0 (the writer) holds the whole section; every other rank its own range only.
+    std::vector<char> blob(size_t(r == 0 ? b->back() : end - begin));
+    char* mine = r == 0 ? blob.data() + begin : blob.data();
+    if (end > begin) backend.copy_to_host(mine, t);
+    plan->gather_to_lead(mine, r == 0 ? blob.data() : nullptr, *b);
+    if (r != 0) blob = {};  // only rank 0 writes
     st.sections.emplace_back(name, std::move(blob));
   }
   return st;

@@ -156,7 +156,7 @@ class ThreadCommunicator final : public eco::Communicator {
   void all_gather(void*, const void*, int64_t) override { unused(); }
   void reduce_scatter_sum(float*, const std::vector<int64_t>&) override { unused(); }
   void all_gather(void*, const std::vector<int64_t>&) override { unused(); }
-  void gather(void*, const std::vector<int64_t>&, int) override { unused(); }
+  void gather(const void*, void*, const std::vector<int64_t>&, int) override { unused(); }
   std::unique_ptr<eco::Communicator> split(int, int) override { unused(); }
   void all_to_all_v(const void*, const std::vector<int64_t>&, void*,
                     const std::vector<int64_t>&) override {

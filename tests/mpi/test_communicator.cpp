@@ -164,15 +164,26 @@ TEST(MpiCommunicator, AllGatherAndGatherOfRangesMoveEachRanksBytes) {
   const int root = w - 1;
   fill(buf);
   const int64_t before = comm->bytes_sent().gather;
-  comm->gather(buf.data(), b, root);
-  for (int64_t i = 0; i < n; ++i) {
-    const bool known = r == root || owner(i) == r;
-    ASSERT_EQ(buf[size_t(i)], known ? (unsigned char)(owner(i) * 16 + i % 7) : 0xEE)
-        << "gather to " << root << ", byte " << i << " on rank " << r;
+  // In place at the root; elsewhere only the rank's own range, and no whole-size buffer.
+  const int64_t begin = b[size_t(r)], end = b[size_t(r) + 1];
+  std::vector<unsigned char> own(buf.begin() + begin, buf.begin() + end);
+  if (r == root) comm->gather(buf.data() + begin, buf.data(), b, root);
+  else comm->gather(own.data(), nullptr, b, root);
+  if (r == root) {
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(buf[size_t(i)], (unsigned char)(owner(i) * 16 + i % 7))
+          << "gather to " << root << ", byte " << i;
   }
   int64_t sent = comm->bytes_sent().gather - before;
   comm->all_reduce_sum(&sent, 1);
   EXPECT_EQ(sent, n - (b[size_t(root) + 1] - b[size_t(root)]));
+  // The root's range from a buffer of its own too.
+  std::vector<unsigned char> whole(static_cast<size_t>(n), 0xEE);
+  comm->gather(own.data(), r == root ? whole.data() : nullptr, b, root);
+  if (r == root) {
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(whole[size_t(i)], (unsigned char)(owner(i) * 16 + i % 7)) << "byte " << i;
+  }
   // Bounds that do not cover the buffer are refused, on every rank alike.
   EXPECT_THROW(comm->all_gather(buf.data(), std::vector<int64_t>(size_t(w), 0)), std::exception);
 }

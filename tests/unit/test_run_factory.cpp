@@ -36,7 +36,7 @@ class OneRankOfMany final : public Communicator {
   void all_reduce_max(double*, int64_t) override {}
   void reduce_scatter_sum(float*, const std::vector<int64_t>&) override { refuse(); }
   void all_gather(void*, const std::vector<int64_t>&) override { refuse(); }
-  void gather(void*, const std::vector<int64_t>&, int) override { refuse(); }
+  void gather(const void*, void*, const std::vector<int64_t>&, int) override { refuse(); }
   void all_gather(void*, const void*, int64_t) override { refuse(); }
   void broadcast(void*, int64_t, int) override { refuse(); }
   void all_to_all_v(const void*, const std::vector<int64_t>&, void*,

@@ -89,8 +89,9 @@ class ThreadGroup final : public Communicator {
   void all_gather(void* buf, const std::vector<int64_t>& byte_bounds) override {
     gather_ranges(buf, byte_bounds, -1);
   }
-  void gather(void* buf, const std::vector<int64_t>& byte_bounds, int root) override {
-    gather_ranges(buf, byte_bounds, root);
+  void gather(const void* mine, void* out, const std::vector<int64_t>& byte_bounds,
+              int root) override {
+    gather_ranges(out, byte_bounds, root, mine);
   }
   // The ranks passing the same color form a group on a board of its own, ranked by key, then
   // by their rank here.
@@ -143,11 +144,17 @@ class ThreadGroup final : public Communicator {
     bytes_.all_reduce += 2 * (n - n / world_) * int64_t(sizeof(T));  // a ring's, about
   }
   // Every rank's range [bb[q], bb[q + 1]) of buf reaches every rank (root < 0) or root.
-  void gather_ranges(void* buf, const std::vector<int64_t>& bb, int root) {
+  // src: this rank's range (root < 0: buf's own, in place); buf written at root (everywhere when
+  // root < 0).
+  void gather_ranges(void* buf, const std::vector<int64_t>& bb, int root,
+                     const void* src = nullptr) {
     check_bounds(bb, world_, bb.back(), root < 0 ? "all_gather" : "gather");
     auto* p = static_cast<unsigned char*>(buf);
     const int64_t mine = bb[size_t(rank_) + 1] - bb[size_t(rank_)];
-    const GroupBoard::Call& c = post(p + bb[size_t(rank_)], mine, {});
+    if (root < 0) src = p + bb[size_t(rank_)];
+    if (rank_ == root && mine > 0 && src != p + bb[size_t(rank_)])
+      std::memmove(p + bb[size_t(rank_)], src, size_t(mine));
+    const GroupBoard::Call& c = post(src, mine, {});
     if (root < 0 || root == rank_)
       for (int q = 0; q < world_; ++q)
         if (q != rank_ && !c.data[size_t(q)].empty())
