@@ -41,9 +41,9 @@ struct DataLoader::State {
   LoaderOptions opt;
   std::string pattern;
 
-  // Shards: tokens of each shard, and the prefix sum of their window counts (size shards + 1).
+  // Shards: each one open for pread, and the prefix sum of their window counts (size shards + 1).
   std::vector<ShardInfo> infos;
-  std::vector<std::vector<int32_t>> tokens;
+  std::vector<ShardReader> readers;
   std::vector<int64_t> window_start;
   int64_t total_tokens = 0;
 
@@ -66,7 +66,7 @@ struct DataLoader::State {
     return p;
   }
 
-  // out (T + 1): the window in slot `slot`.
+  // out (T + 1): the window in slot `slot`, read from its shard (tokens checked < vocab_size).
   void window(int64_t slot, int32_t* out) const {
     const int T = opt.seq_len;
     if (corpus) {
@@ -78,8 +78,7 @@ struct DataLoader::State {
     if (opt.shuffle) k = (*permutation(slot / W))[k];
     const size_t shard =
         std::upper_bound(window_start.begin(), window_start.end(), k) - window_start.begin() - 1;
-    const int32_t* src = tokens[shard].data() + (k - window_start[shard]) * T;
-    std::copy(src, src + T + 1, out);
+    readers[shard].read((k - window_start[shard]) * T, T + 1, opt.vocab_size, out);
   }
 };
 
@@ -96,15 +95,15 @@ DataLoader DataLoader::from_shards(const std::string& pattern, const LoaderOptio
   s->window_start.push_back(0);
   const int T = options.seq_len;
   for (const std::string& path : expand_shard_pattern(pattern)) {
-    Shard shard = load_shard(path, options.vocab_size);
-    const int64_t n = shard.info.num_tokens;
+    ShardReader reader(path);
+    const int64_t n = reader.info().num_tokens;
     if (n < T + 1)
       data_error("{}: shard has {} tokens, fewer than one window of seq_len + 1 = {}", path, n,
                  T + 1);
     s->window_start.push_back(s->window_start.back() + (n - 1) / T);
     s->total_tokens += n;
-    s->infos.push_back(std::move(shard.info));
-    s->tokens.push_back(std::move(shard.tokens));
+    s->infos.push_back(reader.info());
+    s->readers.push_back(std::move(reader));
   }
   return DataLoader(std::move(s));
 }

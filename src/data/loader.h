@@ -8,6 +8,12 @@
 // shuffle on, epoch e visits windows in a Fisher-Yates order drawn from splitmix64(seed, e).
 // Synthetic: slot s is window s of the split; no epochs, seed and shuffle are not used (every
 // window is already an independent draw).
+//
+// Memory: shards are streamed. from_shards checks each shard's header and length and keeps it
+// open (ShardReader); batch() reads each window's T + 1 tokens with pread and checks them against
+// vocab_size, so no token stays resident. With shuffle on, what grows with the corpus is the
+// epoch permutation, an int64 per window (8 W bytes), of which the two most recent epochs are
+// kept: at 80B tokens and T = 1024, W = 78.1M windows, 625 MB per epoch, 1.25 GB for two.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,7 +38,8 @@ struct LoaderOptions {
 
 class DataLoader {
  public:
-  // pattern: a path or a glob (sorted). Loads and validates every shard (tokens < vocab).
+  // pattern: a path or a glob (sorted). Opens every shard and checks its header, its length and
+  // that it holds one window; tokens are checked (< vocab) as batch() reads them.
   static DataLoader from_shards(const std::string& pattern, const LoaderOptions& options);
   // split: 0 train, 1 val.
   static DataLoader synthetic(int split, const LoaderOptions& options);
@@ -42,7 +49,9 @@ class DataLoader {
   ~DataLoader();
 
   // inputs, targets: (B, T) int32 each, for global batch `index` (0, 1, 2, ...);
-  // targets[b, t] == inputs[b, t+1] within the window. Thread-safe.
+  // targets[b, t] == inputs[b, t+1] within the window. Thread-safe. A token >= vocab_size in one
+  // of the windows, or a shard that came back short (truncated after from_shards), throws a data
+  // error naming the file.
   void batch(int64_t index, int32_t* inputs, int32_t* targets) const;
 
   int64_t windows_per_epoch() const;  // synthetic: effectively unlimited (INT64_MAX / 2)

@@ -1,8 +1,11 @@
-// Token shard I/O (see shard.h). The whole shard is read into memory with one fread: our
-// datasets are small, and a vector keeps the loader trivially thread-safe.
+// Token shard I/O (see shard.h). A shard is read through pread on a descriptor held open, one
+// range of tokens at a time, so its tokens need not fit in memory; load_shard reads one whole.
 #include "data/shard.h"
 
+#include <fcntl.h>
 #include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -32,13 +35,27 @@ File open_file(const std::string& path, const char* mode, const char* what) {
   return f;
 }
 
-int64_t file_size(std::FILE* f, const std::string& path) {
-  if (std::fseek(f, 0, SEEK_END) != 0)
-    data_error("{}: cannot seek: {}", path, std::strerror(errno));
-  const long size = std::ftell(f);
-  if (size < 0) data_error("{}: cannot tell size: {}", path, std::strerror(errno));
-  std::rewind(f);
-  return size;
+int64_t file_size(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) data_error("{}: cannot stat: {}", path, std::strerror(errno));
+  return st.st_size;
+}
+
+// pread until `bytes` are in or the file ends; returns the bytes read (fewer at the end of file).
+int64_t pread_full(int fd, void* buf, int64_t bytes, int64_t offset, const std::string& path) {
+  char* p = static_cast<char*>(buf);
+  int64_t done = 0;
+  while (done < bytes) {
+    const ssize_t got = ::pread(fd, p + done, static_cast<size_t>(bytes - done), offset + done);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      data_error("{}: cannot read {} bytes at offset {}: {}", path, bytes, offset,
+                 std::strerror(errno));
+    }
+    if (got == 0) break;
+    done += got;
+  }
+  return done;
 }
 
 }  // namespace
@@ -49,12 +66,19 @@ int shard_token_bytes(int version) {
   usage_error("shard version {} is not 1 (uint16) or 2 (uint32)", version);
 }
 
-ShardInfo read_shard_info(const std::string& path) {
+void ShardReader::Fd::close() {
+  if (value >= 0) ::close(value);
+  value = -1;
+}
+
+ShardReader::ShardReader(const std::string& path) {
   regular_file_size(path, "token shard", ErrorKind::Data);  // before the open a FIFO would block
-  File f = open_file(path, "rb", "token shard");
-  const int64_t size = file_size(f.get(), path);
+  fd_.value = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_.value < 0) data_error("{}: cannot open token shard: {}", path, std::strerror(errno));
+  const int64_t size = file_size(fd_.value, path);
   int32_t header[kShardHeaderInts];
-  if (size < kShardHeaderBytes || std::fread(header, sizeof(header), 1, f.get()) != 1)
+  if (size < kShardHeaderBytes ||
+      pread_full(fd_.value, header, kShardHeaderBytes, 0, path) != kShardHeaderBytes)
     data_error("{}: file is {} bytes, shorter than the {}-byte shard header", path, size,
                kShardHeaderBytes);
   if (header[0] != kShardMagic)
@@ -72,37 +96,53 @@ ShardInfo read_shard_info(const std::string& path) {
         "{}: file length is {} bytes, expected {} (1024-byte header + header[2] = {} tokens "
         "x {} bytes, version {}); truncated or not a shard?",
         path, size, expected, count, shard_token_bytes(version), version);
-  return {path, version, count};
+  info_ = {path, version, count};
 }
 
-Shard load_shard(const std::string& path, int64_t vocab_size) {
-  Shard shard{read_shard_info(path), {}};
-  const int64_t n = shard.info.num_tokens;
-  File f = open_file(path, "rb", "token shard");
-  if (std::fseek(f.get(), kShardHeaderBytes, SEEK_SET) != 0)
-    data_error("{}: cannot seek past the header: {}", path, std::strerror(errno));
-  shard.tokens.resize(n);
-  if (shard.info.version == 1) {
-    std::vector<uint16_t> raw(n);
-    if (std::fread(raw.data(), sizeof(uint16_t), n, f.get()) != static_cast<size_t>(n))
-      data_error("{}: short read of {} uint16 tokens", path, n);
-    std::copy(raw.begin(), raw.end(), shard.tokens.begin());
-  } else {
-    std::vector<uint32_t> raw(n);
-    if (std::fread(raw.data(), sizeof(uint32_t), n, f.get()) != static_cast<size_t>(n))
-      data_error("{}: short read of {} uint32 tokens", path, n);
+void ShardReader::read(int64_t first, int64_t n, int64_t vocab_size, int32_t* out) const {
+  const std::string& path = info_.path;
+  ECO_ASSERT(first >= 0 && n >= 0 && first + n <= info_.num_tokens,
+             "{}: tokens [{}, {}) outside the shard's {}", path, first, first + n,
+             info_.num_tokens);
+  const int token_bytes = shard_token_bytes(info_.version);
+  const int64_t offset = kShardHeaderBytes + first * token_bytes;
+  const int64_t bytes = n * token_bytes;
+  // Version 1 lands in the upper half of out's bytes and is widened in place, front to back:
+  // out[i] overwrites bytes [4i, 4i + 4), below where token i + 1 onwards still wait (2n + 2i + 2).
+  char* dst = reinterpret_cast<char*>(out) + (info_.version == 1 ? 2 * n : 0);
+  const int64_t got = pread_full(fd_.value, dst, bytes, offset, path);
+  if (got != bytes)
+    data_error(
+        "{}: short read: {} of {} bytes at offset {} (tokens {}..{}); the file is {} bytes, it was "
+        "{} when opened: the shard changed (truncated?) after the start",
+        path, got, bytes, offset, first, first + n - 1, file_size(fd_.value, path),
+        kShardHeaderBytes + info_.num_tokens * token_bytes);
+  if (info_.version == 1) {
     for (int64_t i = 0; i < n; ++i) {
-      if (raw[i] > static_cast<uint32_t>(INT32_MAX))
-        data_error("{}: token {} at position {} does not fit int32", path, raw[i], i);
-      shard.tokens[i] = static_cast<int32_t>(raw[i]);
+      uint16_t t;
+      std::memcpy(&t, dst + 2 * i, sizeof(t));
+      out[i] = t;
     }
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      if (out[i] < 0)
+        data_error("{}: token {} at position {} does not fit int32", path,
+                   static_cast<uint32_t>(out[i]), first + i);
   }
   if (vocab_size > 0) {
     for (int64_t i = 0; i < n; ++i)
-      if (shard.tokens[i] >= vocab_size)
-        data_error("{}: token {} at position {} is >= model.vocab_size {}", path, shard.tokens[i],
-                   i, vocab_size);
+      if (out[i] >= vocab_size)
+        data_error("{}: token {} at position {} is >= model.vocab_size {}", path, out[i], first + i,
+                   vocab_size);
   }
+}
+
+ShardInfo read_shard_info(const std::string& path) { return ShardReader(path).info(); }
+
+Shard load_shard(const std::string& path, int64_t vocab_size) {
+  const ShardReader reader(path);
+  Shard shard{reader.info(), std::vector<int32_t>(reader.info().num_tokens)};
+  reader.read(0, shard.info.num_tokens, vocab_size, shard.tokens.data());
   return shard;
 }
 

@@ -15,9 +15,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -326,11 +329,142 @@ TEST_F(ShardLoader, ShardTooShortForOneWindowIsAnErrorNamingIt) {
                     {path("b.bin"), "16 tokens", "17"});
 }
 
-TEST_F(ShardLoader, ValidatesTokensAgainstVocabInEveryShard) {
+namespace {
+
+// The loader's contract (loader.h) spelled out over the tokens a test wrote, to compare the
+// loader's batches against: window k runs over the shards in order, tokens [j*T, j*T + T + 1)
+// of its shard; slot s is window s % W of epoch s / W, permuted by epoch_permutation when
+// shuffled; row b of rank r in batch i is slot (i*world + r)*B + b.
+class ReferenceLoader {
+ public:
+  ReferenceLoader(const std::vector<std::vector<int32_t>>& shards, const LoaderOptions& o)
+      : shards_(shards), o_(o) {
+    for (size_t s = 0; s < shards.size(); ++s)
+      for (int64_t j = 0; j < (static_cast<int64_t>(shards[s].size()) - 1) / o.seq_len; ++j)
+        windows_.push_back({s, j * o.seq_len});
+  }
+  void batch(int64_t index, std::vector<int32_t>& in, std::vector<int32_t>& tg) const {
+    const int T = o_.seq_len;
+    const auto W = static_cast<int64_t>(windows_.size());
+    in.assign(static_cast<size_t>(o_.batch_size) * T, -1);
+    tg.assign(in.size(), -1);
+    for (int b = 0; b < o_.batch_size; ++b) {
+      const int64_t slot = (index * o_.world_size + o_.rank) * o_.batch_size + b;
+      int64_t k = slot % W;
+      if (o_.shuffle) k = eco::epoch_permutation(W, o_.seed, slot / W)[k];
+      const auto [shard, start] = windows_[k];
+      const int32_t* src = shards_[shard].data() + start;
+      std::copy(src, src + T, in.begin() + b * T);
+      std::copy(src + 1, src + T + 1, tg.begin() + b * T);
+    }
+  }
+
+ private:
+  const std::vector<std::vector<int32_t>>& shards_;
+  LoaderOptions o_;
+  std::vector<std::pair<size_t, int64_t>> windows_;  // (shard, first token)
+};
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> draw(0, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& t : v) t = draw(gen);
+  return v;
+}
+
+}  // namespace
+
+// Three shards of 62, 20 and 4 windows of T = 16 (86 in all, with leftover tokens at each end),
+// read for 2.5 epochs' worth of batches: every batch equals the reference's, byte for byte.
+TEST_F(ShardLoader, StreamedBatchesEqualTheContractOverTheWrittenTokens) {
+  const int T = 16, B = 3;
+  for (int version : {1, 2}) {
+    const int vocab = version == 1 ? 65536 : 151936;
+    const std::vector<std::vector<int32_t>> shards = {
+        random_tokens(1000, vocab, 1), random_tokens(332, vocab, 2), random_tokens(76, vocab, 3)};
+    for (size_t s = 0; s < shards.size(); ++s)
+      eco::write_shard(path(fmt::format("v{}_{}.bin", version, s)), shards[s], version);
+    for (bool shuffle : {false, true}) {
+      for (auto [rank, world] : {std::pair{0, 1}, {0, 2}, {1, 2}, {2, 3}}) {
+        SCOPED_TRACE(
+            fmt::format("version {} shuffle {} rank {}/{}", version, shuffle, rank, world));
+        const LoaderOptions o = options(B, T, vocab, shuffle, rank, world);
+        const DataLoader loader =
+            DataLoader::from_shards(path(fmt::format("v{}_*.bin", version)), o);
+        const ReferenceLoader reference(shards, o);
+        ASSERT_EQ(loader.windows_per_epoch(), 86);
+        std::vector<int32_t> in(B * T), tg(B * T), ref_in, ref_tg;
+        for (int64_t i = 0; i < 86 * 5 / (2 * B * world) + 1; ++i) {
+          loader.batch(i, in.data(), tg.data());
+          reference.batch(i, ref_in, ref_tg);
+          ASSERT_EQ(in, ref_in) << "batch " << i;
+          ASSERT_EQ(tg, ref_tg) << "batch " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ShardLoader, BatchesFromSeveralThreadsEqualThoseFromOne) {
+  eco::write_shard(path("s.bin"), random_tokens(20000, 50000, 7), 1);
+  const int B = 4, T = 32, batches = 64;
+  const DataLoader loader = DataLoader::from_shards(path("s.bin"), options(B, T, 50000, true));
+  std::vector<std::vector<int32_t>> alone(batches, std::vector<int32_t>(B * T));
+  std::vector<int32_t> tg(B * T);
+  for (int i = 0; i < batches; ++i) loader.batch(i, alone[i].data(), tg.data());
+  std::vector<std::vector<int32_t>> threaded(batches, std::vector<int32_t>(B * T));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w)
+    threads.emplace_back([&, w] {
+      std::vector<int32_t> targets(B * T);
+      for (int i = w; i < batches; i += 4) loader.batch(i, threaded[i].data(), targets.data());
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(threaded, alone);
+}
+
+TEST_F(ShardLoader, TokenOutsideTheVocabIsReportedWhenItsWindowIsRead) {
+  // a.bin: 100 tokens, 12 windows of T = 8; b.bin: 50..149, token 100 at position 50 falls in
+  // b's window 6 (positions 48..56), slot 12 + 6 unshuffled.
   eco::write_shard(path("a.bin"), iota_tokens(100), 1);
   eco::write_shard(path("b.bin"), iota_tokens(100, 50), 1);
-  expect_data_error([&] { DataLoader::from_shards(path("*.bin"), options(1, 8, 100, false)); },
-                    {path("b.bin"), "token 100 at position 50 is >= model.vocab_size 100"});
+  const DataLoader loader = DataLoader::from_shards(path("*.bin"), options(1, 8, 100, false));
+  std::vector<int32_t> in(8), tg(8);
+  for (int64_t i = 0; i < 18; ++i) EXPECT_NO_THROW(loader.batch(i, in.data(), tg.data())) << i;
+  expect_data_error([&] { loader.batch(18, in.data(), tg.data()); },
+                    {path("b.bin") + ": token 100 at position 50 is >= model.vocab_size 100"});
+  // c.bin: 40 uint32 tokens, 4 windows (positions 0..32); token 70000 at 30 is in window 3, and
+  // the one at 35, past the last window, is never read.
+  std::vector<int32_t> tokens = random_tokens(40, 50, 9);
+  tokens[30] = 70000;
+  tokens[35] = 60000;
+  eco::write_shard(path("c.bin"), tokens, 2);
+  const DataLoader c = DataLoader::from_shards(path("c.bin"), options(1, 8, 50, false));
+  EXPECT_NO_THROW(c.batch(2, in.data(), tg.data()));  // positions 16..24
+  expect_data_error([&] { c.batch(3, in.data(), tg.data()); },
+                    {path("c.bin") + ": token 70000 at position 30 is >= model.vocab_size 50"});
+}
+
+TEST_F(ShardLoader, ShardTruncatedAfterTheStartIsAnErrorNamingIt) {
+  for (int version : {1, 2}) {
+    SCOPED_TRACE(fmt::format("version {}", version));
+    const std::string file = path(fmt::format("v{}.bin", version));
+    eco::write_shard(file, iota_tokens(1000), version);
+    const DataLoader loader = DataLoader::from_shards(file, options(1, 8, 1000, false));
+    const int bytes = eco::shard_token_bytes(version);
+    fs::resize_file(file, 1024 + bytes * 804);  // window 100 (tokens 800..808) is cut short
+    std::vector<int32_t> in(8), tg(8);
+    loader.batch(99, in.data(), tg.data());  // tokens 792..800 are still there
+    EXPECT_EQ(in[0], 792);
+    expect_data_error([&] { loader.batch(100, in.data(), tg.data()); },
+                      {file, "short read", fmt::format("{} of {} bytes", 4 * bytes, 9 * bytes),
+                       fmt::format("the file is {} bytes", 1024 + bytes * 804),
+                       fmt::format("{} when opened", 1024 + bytes * 1000), "truncated"});
+    fs::resize_file(file, 0);
+    expect_data_error([&] { loader.batch(0, in.data(), tg.data()); },
+                      {file, "short read", fmt::format("0 of {} bytes", 9 * bytes)});
+  }
 }
 
 TEST(LoaderOptionsCheck, BadOptionsAreUsageErrors) {
