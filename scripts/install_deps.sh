@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs what ecotrain needs and is missing: Debian packages (build tools (Ninja too), yaml-cpp, spdlog,
-# GoogleTest, OpenBLAS (OpenMP build), OpenMPI, nlohmann-json, zlib) and the Python packages used
-# for data preparation (sentencepiece: the T5 tokenizer) and plots. Safe to run repeatedly: it
-# only installs what is absent.
+# GoogleTest, OpenBLAS (OpenMP build), OpenMPI, nlohmann-json, zlib; GNU time for the tests' peak
+# memory) and the Python packages used for data preparation (sentencepiece: the T5 tokenizer) and
+# plots. Safe to run repeatedly: it only installs what is absent.
 set -euo pipefail
 
 APT_PACKAGES=(cmake g++ make ninja-build pkg-config libyaml-cpp-dev libspdlog-dev libfmt-dev libgtest-dev
   libopenblas-openmp-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev zlib1g-dev python3
-  python3-pip)
+  python3-pip time)
 PIP_PACKAGES=(numpy tokenizers tiktoken sentencepiece matplotlib)
 
 missing=()
