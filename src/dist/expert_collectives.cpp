@@ -18,20 +18,10 @@ void ExpertCollectives::use_device_communicators(DeviceCommunicator* ep_device,
              "device communicators on a host-memory backend");
   ep_device_ = ep_device;
   edp_device_ = edp_device;
-  if (edp_device_) reserve_receive_buffer();
-}
-
-void ExpertCollectives::reserve_receive_buffer() {
-  if (placement_.dp == 1) return;
-  int64_t largest = 0;
-  for (const ExpertGradients& l : layers_) largest = std::max(largest, l.sources.numel());
-  if (largest == 0 || receive_.numel() >= largest) return;
-  receive_ = be_.alloc("moe_ep_part", {largest}, DType::F32, MemCategory::Grads);
 }
 
 void ExpertCollectives::add_expert_gradients(ExpertGradients layer) {
   layers_.push_back(std::move(layer));
-  if (edp_device_) reserve_receive_buffer();
 }
 
 void ExpertCollectives::gather_counts(int64_t* all, const int64_t* mine, int64_t n) {
@@ -73,7 +63,10 @@ void ExpertCollectives::fold_expert_gradients() {
 
 void ExpertCollectives::fold(const ExpertGradients& layer) {
   // Rank (d, s) = d ep + s: the sources of the expert-data-parallel groups' accumulators
-  // (d = 0 .. dp - 1, each holding sources s = 0 .. ep - 1) are folded in that order, d then s.
+  // (d = 0 .. dp - 1, each holding sources s = 0 .. ep - 1) are folded in that order, d then s,
+  // as a running sum handed along the groups: group d adds its sources to the sum of groups
+  // 0 .. d - 1 and broadcasts it to the others, so no rank receives another group's sources
+  // ((dp - 1) x local x span floats in a step, nothing held beside the gradient itself).
   // (Without keep_sources, dp 1, the accumulator holds one running sum, ((0 + g_0) + g_1) + ...
   // in source order as the backward added the segments: the fold makes the gradient 0 + it,
   // exact, as a sum from +0 is never -0.)
@@ -84,29 +77,18 @@ void ExpertCollectives::fold(const ExpertGradients& layer) {
   }
   const Tensor& acc = layer.sources;
   ECO_ASSERT(P.dp == 1 || acc.dtype == DType::F32, "expert gradients in {}", dtype_name(acc.dtype));
-  const int64_t n = acc.numel();
   for (const Tensor& g : layer.grads) be_.zero(g);
-  if (be_.host_memory() && P.dp > 1) {  // every group's accumulators at once
-    gathered_.resize(size_t(P.dp) * size_t(n));
-    edp_->all_gather(gathered_.data(), acc.data, int64_t(acc.bytes()));
-    const Tensor all{gathered_.data(), {int64_t(gathered_.size())}, DType::F32};
-    for (int d = 0; d < P.dp; ++d) fold_sources(layer, all.slice(int64_t(d) * n, {n}));
-  } else {  // this group's alone (dp 1), or each group's in turn GPU to GPU into receive_
-    for (int d = 0; d < P.dp; ++d) {
-      Tensor parts = acc;
-      if (P.dp > 1) {
-        ECO_ASSERT(receive_.numel() >= n && receive_.dtype == DType::F32,
-                   "expert accumulators of {} elements, a receive buffer of {}", n,
-                   receive_.numel());
-        if (d != P.group) parts = receive_.slice(0, {n});
-        edp_device_->broadcast(parts.data, int64_t(acc.bytes()), d);  // rank d of the group
-      }
-      fold_sources(layer, parts);
+  for (int d = 0; d < P.dp; ++d) {
+    if (d == P.group) fold_sources(layer, acc);
+    if (P.dp == 1) break;
+    for (const Tensor& g : layer.grads) {
+      if (be_.host_memory()) edp_->broadcast(g.data, int64_t(g.bytes()), d);
+      else edp_device_->broadcast(g.data, int64_t(g.bytes()), d);  // rank d of the group
     }
-    if (P.dp > 1) {  // NCCL waits without a timeout: wait here, under parallel.timeout_s
-      const Communicator::WaitGuard guard(*edp_, "the NCCL expert-gradient broadcasts");
-      be_.synchronize();
-    }
+  }
+  if (!be_.host_memory() && P.dp > 1) {  // NCCL waits without a timeout: wait here, under
+    const Communicator::WaitGuard guard(*edp_, "the NCCL expert-gradient broadcasts");
+    be_.synchronize();  // parallel.timeout_s
   }
   be_.zero(acc);
 }
@@ -126,21 +108,22 @@ void ExpertCollectives::fold_on_host(const ExpertGradients& layer) {
   host_sources_.resize(n);
   be_.copy_to_host(host_sources_.data(), acc);
   const float* parts = host_sources_.data();
-  if (P.dp > 1) {
-    gathered_.resize(size_t(P.dp) * n);
-    edp_->all_gather(gathered_.data(), host_sources_.data(), int64_t(n * sizeof(float)));
-    parts = gathered_.data();
+  const size_t sources = size_t(layer.n_sources);
+  // ((0 + g_0) + g_1) + ... in fp32, as Backend::add_inplace adds on either backend, over the
+  // sources of group 0, then group 1, ...: the running sum handed along the groups as in fold().
+  std::vector<float> sum(L * span, 0.0f);
+  for (int d = 0; d < P.dp; ++d) {
+    if (d == P.group)
+      for (size_t k = 0; k < L; ++k) {
+        float* g = sum.data() + k * span;
+        for (size_t s = 0; s < sources; ++s) {
+          const float* part = parts + (s * L + k) * span;
+          for (size_t i = 0; i < span; ++i) g[i] = g[i] + part[i];
+        }
+      }
+    if (P.dp > 1) edp_->broadcast(sum.data(), int64_t(sum.size() * sizeof(float)), d);
   }
-  // ((0 + g_0) + g_1) + ... in fp32, as Backend::add_inplace adds on either backend.
-  std::vector<float> g(span);
-  for (size_t k = 0; k < L; ++k) {
-    std::fill(g.begin(), g.end(), 0.0f);
-    for (int src = 0; src < P.dp * P.ep; ++src) {
-      const float* part = parts + (size_t(src) * L + k) * span;
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] + part[i];
-    }
-    be_.copy_from_host(layer.grads[k], g.data());
-  }
+  for (size_t k = 0; k < L; ++k) be_.copy_from_host(layer.grads[k], sum.data() + k * span);
   be_.zero(acc);
 }
 

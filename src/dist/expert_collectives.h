@@ -17,18 +17,14 @@ namespace eco {
 class ExpertCollectives final : public ExpertExchange {
  public:
   // ep: the expert-parallel group (split(r / ep, r % ep)), edp: the expert-data-parallel one
-  // (split(r % ep, r / ep)); both null for a plan's, which only records its layers (and what the
-  // fold would allocate: reserve_receive_buffer) and runs nothing.
+  // (split(r % ep, r / ep)); both null for a plan's, which only records its layers and runs
+  // nothing.
   ExpertCollectives(Backend& be, const ExpertParallel& placement, Communicator* ep,
                     Communicator* edp);
   // Device memory: the same groups GPU to GPU (null: through the host). ep_device carries the
-  // token exchange, edp_device (dp > 1) the expert gradients: with it the fold receives another
-  // group's accumulators into a buffer of the largest layer's (reserve_receive_buffer). Every
-  // rank of the run must pass the same kinds.
+  // token exchange, edp_device (dp > 1) the expert gradients' running sum (broadcasts into the
+  // gradient itself). Every rank of the run must pass the same kinds.
   void use_device_communicators(DeviceCommunicator* ep_device, DeviceCommunicator* edp_device);
-  // The fold's receive buffer for NCCL ("moe_ep_part", fp32, in the ledger): once, sized for the
-  // largest layer's accumulators; nothing at dp 1.
-  void reserve_receive_buffer();
 
   void gather_counts(int64_t* all, const int64_t* mine, int64_t n) override;
   void exchange_rows(const Tensor& from, const std::vector<int64_t>& from_rows, const Tensor& to,
@@ -43,8 +39,8 @@ class ExpertCollectives final : public ExpertExchange {
 
  private:
   void fold(const ExpertGradients& layer);
-  // Device memory at dp > 1 without edp_device: the accumulators all-gathered and folded on the
-  // host, then copied back.
+  // Device memory at dp > 1 without edp_device: the same running sum on the host (this rank's
+  // accumulators copied there, the sum broadcast along the group), then copied back.
   void fold_on_host(const ExpertGradients& layer);
   // grads of the local experts += the accumulators `parts` (n_sources, local, span) of one
   // expert-data-parallel rank, sources in rank order (Backend::add_inplace).
@@ -57,11 +53,9 @@ class ExpertCollectives final : public ExpertExchange {
   DeviceCommunicator* ep_device_ = nullptr;
   DeviceCommunicator* edp_device_ = nullptr;
   std::vector<ExpertGradients> layers_;
-  Tensor receive_;  // edp_device: one rank's accumulators of a layer (the largest layer's size)
-  // Device memory's way through the host: the exchange's rows, this rank's accumulators, every
-  // expert-data-parallel rank's (also host memory's all-gather).
+  // Device memory's way through the host: the exchange's rows, this rank's accumulators.
   std::vector<char> host_send_, host_recv_;
-  std::vector<float> host_sources_, gathered_;
+  std::vector<float> host_sources_;
 };
 
 }  // namespace eco

@@ -100,8 +100,9 @@ std::string plan_report(const Config& cfg) {
     const double w = par.world();
     const double grad_bytes = double(model.table().total) * double(dtype_size(be->dtype()));
     if (par.ep > 1) {
-      // Expert parallelism: the dense gradients' all-reduce over the world; each expert's
-      // sources' gradients all-gathered over the expert-data-parallel group (dp > 1); the
+      // Expert parallelism: the dense gradients' all-reduce over the world; the local experts'
+      // gradient as a running sum broadcast by each rank of the expert-data-parallel group in
+      // turn (dp > 1: a rank sends its experts' gradient to the dp - 1 others once); the
       // tokens' rows out to the experts' owners and back, forward and backward (4 exchanges
       // per MoE layer and micro-batch, (ep - 1) / ep of the N k rows leaving the rank under
       // balanced routing).
@@ -111,7 +112,7 @@ std::string plan_report(const Config& cfg) {
         if (routed_expert_of(sp.name) >= 0) expert += sp.numel();
       for (int l = 0; l < cfg.model.n_layer; ++l) layers += moe.is_moe_layer(l);
       const double dense_bytes = double(model.table().total - expert) * double(dtype_size(be->dtype()));
-      const double acc_bytes = double(expert) * double(dtype_size(be->dtype()));  // every source
+      const double local_bytes = double(expert) / par.ep * double(dtype_size(be->dtype()));
       const double rows = double(cfg.train.batch_size) * cfg.model.seq_len * moe.top_k;
       const double a2a = 4.0 * double(layers) * cfg.train.grad_accum * rows * cfg.model.d_model *
                          double(dtype_size(be->act_dtype())) * (par.ep - 1) / par.ep;
@@ -133,11 +134,12 @@ std::string plan_report(const Config& cfg) {
       for (const Optimizer::GatherBytes& g : opt.own_weight_bytes())
         gathered += double(g.quantized + g.values) * double(g.world - 1);
       s += fmt::format("collectives per step and rank: dense gradient {} sends {:.1f} MiB; "
-                       "expert gradient all-gather (expert-data-parallel group) sends {:.1f} MiB; "
+                       "expert gradient running sum (broadcasts in the expert-data-parallel group) "
+                       "sends {:.1f} MiB; "
                        "token exchange (all_to_all_v) sends about {:.1f} MiB{}\n",
                        par.zero == 1 ? "reduce-scatter" : "all-reduce",
                        dense_bytes * (par.zero == 1 ? 1 : 2) * (w - 1) / w / 1048576.0,
-                       par.dp > 1 ? acc_bytes * (par.dp - 1) / 1048576.0 : 0.0, a2a / 1048576.0,
+                       par.dp > 1 ? local_bytes * (par.dp - 1) / 1048576.0 : 0.0, a2a / 1048576.0,
                        par.zero == 1 ? fmt::format("; weight all-gather sends {:.1f} MiB",
                                                    gathered / 1048576.0)
                                      : std::string());

@@ -26,10 +26,6 @@ RunParts build_run(const Config& cfg, Backend& be, RunShare share, ParallelPlan*
                                   : 0;
   run.opt = std::make_unique<Optimizer>(cfg.optim, *run.model, cfg.train.seed, zero_world,
                                         run.zero_rank, plan);
-  // A plan of device cuda counts the buffer the run allocates when its ranks use NCCL (expert
-  // parallelism at dp > 1: ExpertCollectives::use_device_communicators).
-  if (run.planned_exchange && cfg.device == Device::Cuda)
-    run.planned_exchange->reserve_receive_buffer();
   if (cfg.train.grad_accum > 1)
     run.grad_acc = be.alloc("gradient accumulator", run.model->grads().shape,
                             run.model->grads().dtype, MemCategory::Grads);

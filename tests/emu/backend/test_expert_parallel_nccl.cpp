@@ -2,9 +2,10 @@
 // are host threads, one running at a time): a sparse MoE at dp 2 x ep 2 (4 ranks) runs one
 // micro-batch per rank and folds its expert gradients (ExpertCollectives::fold_expert_gradients)
 // twice on the same model: through host memory (the host-staged exchange over the host
-// communicators, the accumulators all-gathered and folded on the host), then GPU to GPU (the
-// groups' NCCL communicators set with ExpertCollectives::use_device_communicators: the rows by
-// all_to_all_v, the accumulators broadcast and folded on the device). Every rank's loss and every
+// communicators, the expert gradients' running sum folded on the host and broadcast along the
+// expert-data-parallel group), then GPU to GPU (the groups' NCCL communicators set with
+// ExpertCollectives::use_device_communicators: the rows by all_to_all_v, the running sum folded
+// and broadcast on the device). Every rank's loss and every
 // gradient are the same bits both ways, and each way moved its data where it should (the host
 // communicators' exchanges against NCCL's sends and broadcasts).
 //
@@ -40,7 +41,8 @@ namespace {
 struct RankResult {
   double loss = 0;
   std::vector<float> grads;
-  long host_exchanges = 0, host_gathers = 0;  // all_to_all_v on ep_comm, all_gather on edp_comm
+  // all_to_all_v on ep_comm; all_gather and broadcast on edp_comm
+  long host_exchanges = 0, host_gathers = 0, host_broadcasts = 0;
 };
 
 // A gpt2 SMoE of one layer, 4 experts of hidden 32, top-2, experts quantized to FP8 (the expert
@@ -78,7 +80,8 @@ std::vector<std::array<RankResult, 2>> run_world(int dp, int ep) {
     std::vector<int32_t> in(size_t(B) * size_t(T)), tgt(in.size());
     data.batch(r, in.data(), tgt.data());
     const auto step = [&](RankResult& o) {
-      const long exchanges = ep_comm.all_to_alls, gathers = edp_comm.all_gathers;
+      const long exchanges = ep_comm.all_to_alls, gathers = edp_comm.all_gathers,
+                 broadcasts = edp_comm.broadcasts;
       model.zero_grad();
       o.loss = model.forward_backward(in.data(), tgt.data(), B, T, 1.0f);
       exchange.fold_expert_gradients();
@@ -86,6 +89,7 @@ std::vector<std::array<RankResult, 2>> run_world(int dp, int ep) {
       be->copy_to_host(o.grads.data(), model.grads());
       o.host_exchanges = ep_comm.all_to_alls - exchanges;
       o.host_gathers = edp_comm.all_gathers - gathers;
+      o.host_broadcasts = edp_comm.broadcasts - broadcasts;
     };
     step(out[size_t(r)][0]);
     // In the trainer's order: the expert-parallel group's, then (dp > 1) the other's, on the
@@ -111,11 +115,14 @@ TEST(EmuExpertParallel, NcclExchangeAndFoldGiveTheHostStagedBitsAtDp2Ep2) {
   for (int r = 0; r < dp * ep; ++r) {
     const RankResult &h = res[size_t(r)][0], &d = res[size_t(r)][1];
     // The host-staged way: the exchanges of the forward and backward (2 each, one MoE layer)
-    // and one all-gather of the accumulators; the NCCL way none of them.
+    // and the running sum broadcast once by each rank of the expert-data-parallel pair, no
+    // all-gather of another group's sources; the NCCL way none of them.
     EXPECT_EQ(h.host_exchanges, 4) << "rank " << r;
-    EXPECT_EQ(h.host_gathers, 1) << "rank " << r;
+    EXPECT_EQ(h.host_gathers, 0) << "rank " << r;
+    EXPECT_EQ(h.host_broadcasts, dp) << "rank " << r;
     EXPECT_EQ(d.host_exchanges, 0) << "rank " << r;
     EXPECT_EQ(d.host_gathers, 0) << "rank " << r;
+    EXPECT_EQ(d.host_broadcasts, 0) << "rank " << r;
     EXPECT_EQ(std::memcmp(&h.loss, &d.loss, sizeof h.loss), 0)
         << "rank " << r << ": loss " << h.loss << " host-staged, " << d.loss << " over NCCL";
     ASSERT_EQ(h.grads.size(), d.grads.size());
@@ -130,9 +137,12 @@ TEST(EmuExpertParallel, NcclExchangeAndFoldGiveTheHostStagedBitsAtDp2Ep2) {
     EXPECT_GT(nonzero, int64_t(h.grads.size()) / 4) << "rank " << r << ": gradients missing";
   }
   // Rows went both ways between the two ranks of each group (a rank's own rows are copies) and
-  // every rank broadcast its accumulators to the other of its expert-data-parallel pair.
+  // each rank of an expert-data-parallel pair broadcast the running sum of its local experts'
+  // gradients in turn (one broadcast per local expert, rank and turn).
   EXPECT_GT(nccl_sends, 0);
-  EXPECT_EQ(nccl_broadcasts, long(dp * ep) * dp) << "one broadcast per rank and source group";
+  const long local = 4 / ep;  // smoe()'s 4 experts
+  EXPECT_EQ(nccl_broadcasts, long(dp * ep) * dp * local)
+      << "one broadcast per local expert, rank and turn";
   std::printf("[   emu    ] smoe dp %d x ep %d: losses %.6f %.6f %.6f %.6f, the same bits "
               "host-staged and over NCCL (%ld sends, %ld broadcasts)\n",
               dp, ep, res[0][1].loss, res[1][1].loss, res[2][1].loss, res[3][1].loss, nccl_sends,

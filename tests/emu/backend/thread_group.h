@@ -44,6 +44,7 @@ class ThreadGroup final : public Communicator {
   bool concurrent() const override { return false; }
 
   void broadcast(void* data, int64_t bytes, int root) override {
+    ++broadcasts;
     const GroupBoard::Call& c = post(rank_ == root ? data : nullptr, rank_ == root ? bytes : 0, {});
     if (rank_ != root) std::memcpy(data, c.data[size_t(root)].data(), size_t(bytes));
     if (rank_ == root && world_ > 1) bytes_.broadcast += bytes;
@@ -115,7 +116,7 @@ class ThreadGroup final : public Communicator {
                     std::to_string(code));
   }
 
-  long all_gathers = 0, all_to_alls = 0;
+  long all_gathers = 0, all_to_alls = 0, broadcasts = 0;
 
  private:
   struct Sum {  // from zero: ((0 + x_0) + x_1) + ...
